@@ -9,6 +9,11 @@ BUILTIN_ENVS: dict[str, tuple[str, dict]] = {
 }
 
 
+DEFAULT_EVAL_ENVS: tuple[str, ...] = (
+    # the domains that run on a CPU with no judge server: `cascade-envs eval` plays these by default
+)
+
+
 @hookimpl
 def cascade_envs_register_envs(register) -> None:
     for env_id, (entry_point, kwargs) in BUILTIN_ENVS.items():

@@ -24,7 +24,7 @@ log = logging.getLogger("cascade_envs.plugins")
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 DISABLE_ENV = "CASCADE_ENVS_DISABLE_PLUGIN_AUTOLOAD"
-BUILTIN_PLUGINS = ("cascade_envs.envs",)
+BUILTIN_PLUGINS = ("cascade_envs.envs", "cascade_envs.sandbox.plugin")
 """Modules of this distribution that implement hooks, registered exactly like third-party ones."""
 
 

@@ -155,7 +155,7 @@ class RolloutRunner:
             return result
 
     async def _play(self, env: Env, task: Task, result: EpisodeResult) -> None:
-        observation, info = await env.areset(seed=result.sample, options={"task": task})
+        observation, info = await env.areset(options={"task": task})
         result.messages = list(observation)
         thinking = bool(info.get("thinking", True))
         while True:

@@ -1,0 +1,226 @@
+"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox.
+
+Every failure the user can fix is one line on stderr and a non-zero exit code; set
+``CASCADE_ENVS_DEBUG=1`` for a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .core import CascadeError
+
+
+def _parse_weights(text: str) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        env_id, sep, weight = part.partition("=")
+        try:
+            weights[env_id] = float(weight) if sep else 1.0
+        except ValueError:
+            raise CascadeError(f"bad weight in --mix {part!r}: expected ID=NUMBER") from None
+    return weights
+
+
+def _load_mix_file(path: str) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """A mix YAML: ``envs: {ID: WEIGHT | {weight: W, kwargs: {...}}}``."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CascadeError(f"cannot read mix file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise CascadeError(f"{path} is not valid YAML: {exc}") from None
+    envs = data.get("envs") if isinstance(data, dict) else None
+    if not isinstance(envs, dict) or not envs:
+        raise CascadeError(f"{path}: expected a mapping 'envs: {{ID: WEIGHT}}'")
+    weights: dict[str, float] = {}
+    kwargs: dict[str, dict[str, Any]] = {}
+    for env_id, value in envs.items():
+        if isinstance(value, dict):
+            weights[env_id] = value.get("weight", 1.0)
+            kwargs[env_id] = dict(value.get("kwargs") or {})
+        else:
+            weights[env_id] = value
+    return weights, kwargs
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .plugins.manager import failures
+    from .registry import judges, registry, sandboxes
+
+    rows = [("environment", s) for s in registry().values()]
+    rows += [("sandbox", s) for _, s in sandboxes.items()] + [("judge", s) for _, s in judges.items()]
+    if args.json:
+        print(json.dumps([{"kind": k, "id": s.id, "entry_point": s.entry_point, "plugin": s.plugin,
+                           "distribution": s.distribution, "version": s.version} for k, s in rows], indent=2))
+        return 0
+    width = max([len(s.id) for _, s in rows] + [10])
+    print(f"{'id':<{width}}  {'kind':<11}  distribution")
+    for kind, s in rows:
+        print(f"{s.id:<{width}}  {kind:<11}  {s.distribution} {s.version}".rstrip())
+    for failure in failures():
+        print(f"BROKEN: {failure}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .registry import spec
+
+    s = spec(args.env_id)
+    cls = s.load()
+    print(f"id:           {s.id}")
+    print(f"entry point:  {s.entry_point}")
+    print(f"plugin:       {s.plugin} ({s.distribution} {s.version})")
+    print(f"defaults:     {json.dumps(s.kwargs, default=str)}")
+    doc = (cls.__doc__ or "").strip().splitlines()
+    print(f"about:        {doc[0] if doc else '-'}")
+    env = s.make()
+    try:
+        print(f"max turns:    {getattr(env, 'max_turns', '-')}")
+        print(f"thinking:     {getattr(env, 'thinking', '-')}")
+        tasks = getattr(env, "tasks", None)
+        print(f"tasks:        {len(tasks) if tasks is not None else 'none (pass tasks=)'}")
+    finally:
+        env.close()
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .envs import DEFAULT_EVAL_ENVS
+    from .mix import EnvMix, MixMetrics
+    from .rollout import RolloutRunner, SamplingParams, make_policy
+
+    env_kwargs: dict[str, dict[str, Any]] = {}
+    if args.mix and Path(args.mix).suffix in (".yaml", ".yml"):
+        weights, env_kwargs = _load_mix_file(args.mix)
+    elif args.mix:
+        weights = _parse_weights(args.mix)
+    else:
+        ids = args.env or list(DEFAULT_EVAL_ENVS)
+        weights = {env_id: 1.0 / len(ids) for env_id in ids}
+    if args.tasks:
+        if len(weights) != 1:
+            raise CascadeError("--tasks needs exactly one --env")
+        env_kwargs.setdefault(next(iter(weights)), {})["tasks"] = args.tasks
+    mix = EnvMix(weights, seed=args.seed, env_kwargs=env_kwargs)
+    items = mix.sample(args.num_tasks) if args.num_tasks else mix.all_tasks(limit=args.limit)
+    output = Path(args.output or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    if output.exists():
+        output.unlink()
+    policy_kwargs = {"model": args.model} if args.model and args.policy.startswith("http") else {}
+    policy = make_policy(args.policy, **policy_kwargs)
+    sampling = SamplingParams(args.max_tokens, args.temperature, args.top_p, seed=args.seed)
+    runner = RolloutRunner(
+        policy,
+        sampling=sampling,
+        group_size=args.group_size,
+        concurrency=args.concurrency,
+        env_kwargs=env_kwargs,
+        results_path=output,
+        progress=not args.no_progress,
+    )
+    from .env import run_sync
+
+    async def run() -> Any:
+        try:
+            return await runner.arun(items)
+        finally:
+            await policy.aclose()
+
+    started = time.perf_counter()
+    groups = run_sync(run())
+    elapsed = time.perf_counter() - started
+    print(MixMetrics().add_groups(groups).table())
+    episodes = sum(len(g.episodes) for g in groups)
+    print(f"\n{episodes} episodes in {elapsed:.1f} s; results: {output}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .trainer.cli import train_main
+
+    return train_main(args.config, args.set or [])
+
+
+def cmd_serve_sandbox(args: argparse.Namespace) -> int:
+    from .sandbox.service import serve_sandbox
+
+    serve_sandbox(host=args.host, port=args.port, workers=args.workers, backend=args.backend)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cascade-envs", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list environments, sandboxes and judges with their plugin")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(fn=cmd_list)
+
+    p = sub.add_parser("info", help="describe one environment")
+    p.add_argument("env_id", metavar="ID")
+    p.set_defaults(fn=cmd_info)
+
+    p = sub.add_parser("eval", help="play environments with a policy and print per-env rewards")
+    p.add_argument("--env", action="append", metavar="ID", help="env id (repeatable); default: every CPU domain")
+    p.add_argument("--mix", metavar="ID=W,... | FILE.yaml", help="weighted env mix (then --num-tasks samples)")
+    p.add_argument("--tasks", metavar="PATH", help="task file (JSONL/Parquet) for the single --env")
+    p.add_argument("--policy", default="embedded", help="http(s)://HOST/v1, hf:PATH or embedded (default)")
+    p.add_argument("--model", help="model name for an HTTP policy (default: the server's first)")
+    p.add_argument("-n", "--num-tasks", type=int, help="sample this many tasks from the mix")
+    p.add_argument("--limit", type=int, help="at most this many tasks per env (without --num-tasks)")
+    p.add_argument("-g", "--group-size", type=int, default=1, help="samples per task (default 1)")
+    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--concurrency", type=int, default=64, help="episodes in flight at once")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--output", help="results JSONL (default runs/eval-TIMESTAMP.jsonl)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("train", help="GRPO training on an env mix (default: the embedded smoke run)")
+    p.add_argument("config", nargs="?", help="training config YAML (default: the embedded default)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("serve-sandbox", help="run the code-verification HTTP service")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    p.add_argument("--backend", default=None, help="sandbox backend (default: bwrap where present)")
+    p.set_defaults(fn=cmd_serve_sandbox)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return int(args.fn(args) or 0)
+    except KeyboardInterrupt:
+        print("cascade-envs: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("CASCADE_ENVS_DEBUG"):
+            raise
+        known = isinstance(exc, (CascadeError, OSError, ValueError))
+        prefix = "error" if known else f"unexpected {type(exc).__name__}"
+        text = str(exc) if known else str(exc).splitlines()[0] if str(exc) else ""
+        print(f"cascade-envs: {prefix}: {text}", file=sys.stderr)
+        return 2 if known else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

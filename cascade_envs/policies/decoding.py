@@ -1,0 +1,167 @@
+"""One batched ``model.generate`` call for requests with their own sampling settings.
+
+Each row of a batch keeps its own temperature, top-p, max_tokens, stop strings and seed, so
+requests can be batched freely and a seeded request samples the same tokens whatever else shares
+its batch (up to float noise from padding). Sampling happens in a logits processor with one
+``torch.Generator`` per row; it hands ``generate`` a one-hot score row, so ``generate`` runs in
+greedy mode and only drives the model and its cache (which keeps every architecture's cache
+handling, hybrid and recurrent ones included, inside transformers).
+
+Logprobs: for every sampled token, ``log_softmax(logits / T)`` over the full vocabulary at the
+row's temperature ``T`` (``T = 1`` for greedy rows). This is what a trainer computes from the same
+logits at the same temperature, so on-policy importance ratios are exactly 1. Top-p truncation
+shapes which token is drawn but is not renormalised into the reported logprob.
+
+Token ids include the token that ended generation (EOS, or the token that completed a stop string);
+the text leaves out the EOS token and everything from the stop string on (OpenAI semantics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria
+from transformers import StoppingCriteriaList
+
+from ..core import Completion
+
+
+@dataclass
+class GenRequest:
+    """One prompt to complete, already tokenised."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    stop: tuple[str, ...] = ()
+
+
+class _RowSampler(LogitsProcessor):
+    """Draws each row's next token with its own settings and generator; records its logprob."""
+
+    def __init__(self, requests: list[GenRequest], device: torch.device):
+        temps = torch.tensor([r.temperature for r in requests], dtype=torch.float32, device=device)
+        self.greedy = temps <= 0
+        self.scale = torch.where(self.greedy, torch.ones_like(temps), temps)[:, None]
+        self.top_p = torch.tensor([r.top_p for r in requests], dtype=torch.float32, device=device)[:, None]
+        self.sample_rows = [i for i, r in enumerate(requests) if r.temperature > 0]
+        self.nucleus = bool(((self.top_p < 1) & ~self.greedy[:, None]).any())
+        self.generators = []
+        for r in requests:
+            g = torch.Generator(device=device)
+            g.manual_seed(r.seed)
+            self.generators.append(g)
+        self.logprobs: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        logp = torch.log_softmax(scores.float() / self.scale, dim=-1)
+        chosen = logp.argmax(dim=-1)
+        if self.sample_rows:
+            probs = self._nucleus(logp.exp()) if self.nucleus else logp.exp()
+            for i in self.sample_rows:
+                chosen[i] = torch.multinomial(probs[i], 1, generator=self.generators[i])[0]
+        self.logprobs.append(logp.gather(1, chosen[:, None])[:, 0])
+        onehot = torch.full_like(scores, float("-inf"))
+        return onehot.scatter_(1, chosen[:, None], 0.0)
+
+    def _nucleus(self, probs: torch.Tensor) -> torch.Tensor:
+        """Zero every token outside each row's top-p nucleus (the top token always stays)."""
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = ((sorted_probs.cumsum(dim=-1) - sorted_probs) >= self.top_p) & (self.top_p < 1)
+        return probs.scatter(1, order, sorted_probs.masked_fill(outside, 0.0))
+
+
+class _RowStops(StoppingCriteria):
+    """Ends each row at its own max_tokens or stop strings; remembers where a stop string ended it."""
+
+    def __init__(self, requests: list[GenRequest], prompt_len: int, eos_ids: set[int], tokenizer):
+        self.requests = requests
+        self.prompt_len = prompt_len
+        self.eos_ids = eos_ids
+        self.tokenizer = tokenizer
+        self.stopped_at: list[int | None] = [None] * len(requests)
+        self.ended = [False] * len(requests)
+        # Enough trailing tokens to hold the longest stop string even if some tokens decode to "".
+        self.window = [2 * max((len(s) for s in r.stop), default=0) + 8 for r in requests]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        n = input_ids.shape[1] - self.prompt_len
+        last = input_ids[:, -1].tolist()
+        done = []
+        for i, r in enumerate(self.requests):
+            self.ended[i] = self.ended[i] or last[i] in self.eos_ids or self.stopped_at[i] is not None
+            if r.stop and not self.ended[i]:
+                tail = input_ids[i, max(self.prompt_len, input_ids.shape[1] - self.window[i]) :].tolist()
+                text = self.tokenizer.decode(tail, skip_special_tokens=False)
+                if any(s in text for s in r.stop):
+                    self.stopped_at[i] = n
+                    self.ended[i] = True
+            done.append(self.ended[i] or n >= r.max_tokens)
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def generate_batch(model, tokenizer, requests: list[GenRequest], eos_ids: set[int], pad_id: int) -> list[Completion]:
+    """Complete every request with one left-padded ``model.generate`` call."""
+    device = model.device
+    width = max(len(r.prompt_ids) for r in requests)
+    input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(requests), width), dtype=torch.long)
+    for i, r in enumerate(requests):
+        input_ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+        attention[i, width - len(r.prompt_ids) :] = 1
+    sampler = _RowSampler(requests, device)
+    stops = _RowStops(requests, width, eos_ids, tokenizer)
+    config = GenerationConfig(
+        max_new_tokens=max(r.max_tokens for r in requests),
+        do_sample=False,
+        num_beams=1,
+        # Neutral values, so nothing from the model's own generation_config reshapes the logits.
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_length=0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        eos_token_id=sorted(eos_ids) or None,
+        pad_token_id=pad_id,
+    )
+    sequences = model.generate(
+        input_ids=input_ids.to(device),
+        attention_mask=attention.to(device),
+        generation_config=config,
+        logits_processor=LogitsProcessorList([sampler]),
+        stopping_criteria=StoppingCriteriaList([stops]),
+    )
+    generated = sequences[:, width:].tolist()
+    logprobs = torch.stack(sampler.logprobs, dim=1).tolist() if sampler.logprobs else [[] for _ in requests]
+    return [
+        _completion(r, generated[i], logprobs[i], stops.stopped_at[i], eos_ids, tokenizer)
+        for i, r in enumerate(requests)
+    ]
+
+
+def _completion(
+    request: GenRequest, tokens: list[int], logprobs: list[float], stopped_at: int | None, eos_ids: set[int], tokenizer
+) -> Completion:
+    """Cut one row at its first ending event and decode it."""
+    end, reason = min(len(tokens), request.max_tokens), "length"
+    eos_at = next((j for j, t in enumerate(tokens[:end]) if t in eos_ids), None)
+    if eos_at is not None:
+        end, reason = eos_at + 1, "stop"
+    if stopped_at is not None and stopped_at <= end:
+        end, reason, eos_at = stopped_at, "stop", None
+    kept = tokens[:end]
+    text = tokenizer.decode(kept[:eos_at] if eos_at is not None else kept, skip_special_tokens=False)
+    if stopped_at is not None and eos_at is None and reason == "stop":
+        cut = min((k for k in (text.find(s) for s in request.stop) if k >= 0), default=len(text))
+        text = text[:cut]
+    return Completion(
+        text,
+        finish_reason=reason,
+        token_ids=kept,
+        logprobs=[float(x) for x in logprobs[:end]],
+        prompt_token_ids=list(request.prompt_ids),
+    )

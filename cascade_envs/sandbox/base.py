@@ -1,0 +1,319 @@
+"""The sandbox protocol: one-shot ``arun`` and long-lived sessions, both served by an in-sandbox agent.
+
+A backend only says how to start ``python3 -c <agent> <workdir>`` inside its isolation
+(``Sandbox._launch``). Everything else — writing files, running commands with limits, reading
+results back, killing a sandbox that stops answering — is this module, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..env import run_sync
+from .types import ExecResult, File, FileData, SandboxError, normalise_files
+
+STREAM_LIMIT = 1 << 28
+"""Largest protocol line accepted from an agent (base64 of capped stdout + stderr)."""
+START_TIMEOUT_S = 20.0
+GRACE_S = 5.0
+"""How long past a command's own timeout the host waits for the agent before declaring it lost."""
+NOBODY = 65534
+
+
+@cache
+def agent_source() -> str:
+    """The agent's source, passed with ``python3 -c`` so nothing has to be mounted for it."""
+    return (Path(__file__).with_name("agent.py")).read_text()
+
+
+def default_python() -> str:
+    """The interpreter that runs the agent and Python solutions inside the sandbox.
+
+    ``/usr/bin/python3`` when present (visible in every backend, readable by any uid), else the
+    base interpreter of this process.
+    """
+    return "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys._base_executable  # type: ignore[attr-defined]
+
+
+@dataclass
+class Launch:
+    """How a backend starts the agent: the argv and environment, and what to clean up after."""
+
+    argv: list[str]
+    workdir: str
+    env: dict[str, str] = field(default_factory=lambda: {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    user: int | None = None
+    cleanup: list[str] = field(default_factory=list)
+    """Host directories removed when the session closes."""
+
+
+class Session:
+    """A live sandbox with a persistent work dir: write files once, run many commands in it.
+
+    Commands run one at a time. Use ``async with await sandbox.asession() as s:``.
+    """
+
+    def __init__(self, launch: Launch, backend: str, defaults: Mapping[str, Any]):
+        self.launch = launch
+        self.backend = backend
+        self.workdir = launch.workdir
+        self.defaults = dict(defaults)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.lost: str | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> Session:
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.launch.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.launch.env,
+                limit=STREAM_LIMIT,
+                start_new_session=True,
+                **({"user": self.launch.user, "group": self.launch.user, "extra_groups": []}
+                   if self.launch.user is not None else {}),
+            )
+            assert self.proc.stdout is not None
+            line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
+            if not line.startswith(b'{"ready"'):
+                raise SandboxError(f"{self.backend} sandbox did not start: {await self._stderr_tail()}")
+        except (OSError, asyncio.TimeoutError) as exc:
+            await self.aclose()
+            raise SandboxError(f"{self.backend} sandbox did not start: {type(exc).__name__}: {exc}") from exc
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def _stderr_tail(self) -> str:
+        if self.proc is None or self.proc.stderr is None:
+            return ""
+        self._kill()
+        with contextlib.suppress(Exception):
+            data = await asyncio.wait_for(self.proc.stderr.read(), 2.0)
+            return data[-2000:].decode("utf-8", errors="replace").strip() or "(no error output)"
+        return "(no error output)"
+
+    async def _call(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        if self.lost:
+            raise SandboxError(f"sandbox already lost: {self.lost}")
+        if self.proc is None:
+            raise SandboxError("session not started")
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            await self.proc.stdin.drain()
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
+            if not line:
+                raise SandboxError("the sandbox agent exited")
+            return json.loads(line)
+        except (OSError, asyncio.TimeoutError, ValueError, SandboxError) as exc:
+            what = "did not answer in time" if isinstance(exc, asyncio.TimeoutError) else str(exc) or type(exc).__name__
+            self.lost = f"{self.backend} sandbox lost: {what}"
+            self._kill()
+            raise SandboxError(self.lost) from exc
+
+    async def arun(
+        self,
+        argv: Sequence[str],
+        stdin: bytes | str = b"",
+        *,
+        timeout_s: float | None = None,
+        memory_mb: int | None = None,
+        output_limit_mb: float | None = None,
+        cwd: str = ".",
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` in the work dir. A sandbox that dies under the command gives ``killed_by="sandbox"``."""
+        if isinstance(stdin, str):
+            stdin = stdin.encode()
+        timeout = float(timeout_s if timeout_s is not None else self.defaults["timeout_s"])
+        request = {
+            "op": "run",
+            "argv": [str(a) for a in argv],
+            "stdin": base64.b64encode(stdin).decode(),
+            "timeout_s": timeout,
+            "memory_mb": int(memory_mb if memory_mb is not None else self.defaults["memory_mb"]),
+            "output_limit": int((output_limit_mb or self.defaults["output_limit_mb"]) * (1 << 20)),
+            "file_mb": self.defaults["file_mb"],
+            "nproc": self.defaults["nproc"],
+            "cwd": cwd,
+        }
+        if env is not None:
+            request["env"] = dict(env)
+        start = time.monotonic()
+        async with self._lock:
+            try:
+                resp = await self._call(request, timeout + GRACE_S)
+            except SandboxError as exc:
+                return ExecResult.lost(str(exc), time.monotonic() - start)
+        if "exit_code" not in resp:
+            return ExecResult.lost(f"{self.backend} agent error: {resp.get('error')}", time.monotonic() - start)
+        return ExecResult(
+            exit_code=resp["exit_code"],
+            stdout=base64.b64decode(resp["stdout"]),
+            stderr=base64.b64decode(resp["stderr"]),
+            wall_s=resp["wall_s"],
+            cpu_s=resp["cpu_s"],
+            peak_memory_mb=resp["peak_memory_mb"],
+            killed_by=resp["killed_by"],
+            truncated=resp.get("truncated", False),
+            error=resp.get("error"),
+        )
+
+    async def awrite(self, files: Mapping[str, FileData | File]) -> None:
+        """Write files (relative paths) into the work dir."""
+        payload = {p: [base64.b64encode(f.data).decode(), f.mode] for p, f in normalise_files(files).items()}
+        if not payload:
+            return
+        async with self._lock:
+            resp = await self._call({"op": "write", "files": payload}, 60.0)
+        if not resp.get("ok"):
+            raise SandboxError(f"writing files failed: {resp.get('error')}")
+
+    async def aread(self, path: str, limit_mb: float = 64) -> bytes:
+        """Read a file back from the work dir (e.g. a compiled binary to cache)."""
+        async with self._lock:
+            resp = await self._call({"op": "read", "path": path, "limit": int(limit_mb * (1 << 20))}, 60.0)
+        if not resp.get("ok"):
+            raise SandboxError(f"reading {path!r} failed: {resp.get('error')}")
+        return base64.b64decode(resp["data"])
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, 9)
+
+    async def aclose(self) -> None:
+        """Stop the sandbox (killing anything still running in it) and remove its host files."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.returncode is None and proc.stdin is not None and not self.lost:
+                with contextlib.suppress(Exception):
+                    proc.stdin.write(b'{"op": "exit"}\n')
+                    await asyncio.wait_for(proc.wait(), 1.0)
+            if proc.returncode is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, 9)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(proc.wait(), 5.0)
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for path in self.launch.cleanup:
+            await asyncio.to_thread(shutil.rmtree, path, True)
+        self.lost = self.lost or "session closed"
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # sync face
+    def run(self, argv: Sequence[str], stdin: bytes | str = b"", **kwargs: Any) -> ExecResult:
+        return run_sync(self.arun(argv, stdin, **kwargs))
+
+    def write(self, files: Mapping[str, FileData | File]) -> None:
+        run_sync(self.awrite(files))
+
+    def read(self, path: str, limit_mb: float = 64) -> bytes:
+        return run_sync(self.aread(path, limit_mb))
+
+    def close(self) -> None:
+        run_sync(self.aclose())
+
+
+class Sandbox(ABC):
+    """A sandbox backend. Subclasses implement ``_launch``; ``arun``/``asession`` come from here.
+
+    Defaults (per command unless overridden): ``timeout_s``, ``memory_mb`` (address-space limit),
+    ``output_limit_mb`` (stdout and stderr each), ``file_mb`` (largest file a command may write),
+    ``nproc`` (processes per sandbox, where the backend can enforce it).
+    """
+
+    name: ClassVar[str] = ""
+    isolated: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        python: str | None = None,
+        timeout_s: float = 10.0,
+        memory_mb: int = 512,
+        output_limit_mb: float = 16,
+        file_mb: int = 64,
+        nproc: int = 64,
+        run_as: int | None = None,
+    ):
+        self.python = python or default_python()
+        self.defaults = {
+            "timeout_s": timeout_s,
+            "memory_mb": memory_mb,
+            "output_limit_mb": output_limit_mb,
+            "file_mb": file_mb,
+            "nproc": nproc,
+        }
+        # As root, RLIMIT_NPROC is not enforced and every file is readable: drop to an unprivileged uid.
+        self.run_as = run_as if run_as is not None else (NOBODY if self.isolated and os.geteuid() == 0 else None)
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this backend cannot run here (``None`` when it can)."""
+        return None
+
+    @abstractmethod
+    def _launch(self, network: bool) -> Launch:
+        """How to start the agent for one session."""
+
+    async def asession(self, *, network: bool = False, files: Mapping[str, FileData | File] | None = None) -> Session:
+        """Start a long-lived sandbox; ``files`` are written into its work dir."""
+        session = await Session(self._launch(network), self.name, self.defaults).start()
+        if files:
+            try:
+                await session.awrite(files)
+            except BaseException:
+                await session.aclose()
+                raise
+        return session
+
+    async def arun(
+        self,
+        argv: Sequence[str],
+        files: Mapping[str, FileData | File] | None = None,
+        stdin: bytes | str = b"",
+        timeout_s: float | None = None,
+        memory_mb: int | None = None,
+        network: bool = False,
+    ) -> ExecResult:
+        """Run one command in a fresh sandbox holding ``files``."""
+        try:
+            session = await self.asession(network=network, files=files)
+        except SandboxError as exc:
+            return ExecResult.lost(str(exc))
+        async with session:
+            return await session.arun(argv, stdin, timeout_s=timeout_s, memory_mb=memory_mb)
+
+    def run(self, argv: Sequence[str], files: Mapping[str, FileData | File] | None = None, stdin: bytes | str = b"",
+            timeout_s: float | None = None, memory_mb: int | None = None, network: bool = False) -> ExecResult:
+        return run_sync(self.arun(argv, files, stdin, timeout_s, memory_mb, network))
+
+    def session(self, *, network: bool = False, files: Mapping[str, FileData | File] | None = None) -> Session:
+        return run_sync(self.asession(network=network, files=files))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(python={self.python!r}, run_as={self.run_as})"

@@ -1,0 +1,184 @@
+"""Answer-letter extraction for multiple-choice questions, one function per grading mode.
+
+The modes and their semantics follow the public NeMo Gym ``mcqa`` rows (``grading_mode`` per row,
+optional ``template_metadata.output_regex``), so released data scores the same way:
+
+- ``strict_single_letter_boxed``: the letter inside the *last* ``\\boxed{...}``; tolerates a
+  ``\\text{}`` wrapper, padding (``[C]``, ``(B)``) and a label with option text (``E: ...``).
+- ``lenient_boxed``: strict first; otherwise the one option whose text appears in the last box.
+- ``lenient_answer_colon``: the first ``Answer: X`` line, as a letter or an option's exact text.
+- ``lenient_answer_colon_md``: the last markdown-tolerant ``**Answer:** X`` whose payload names a
+  single choice (a list such as ``A or B`` is ambiguous and names none).
+- custom regexes: case-insensitive, last match wins; they take priority over the mode.
+
+Every extractor is linear in the response length (``rfind`` and brace matching rather than
+backtracking patterns), so a megabyte-long response cannot stall the event loop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+Options = list[tuple[str, str]]
+"""``(letter, option text)`` pairs, letters upper-case, in row order."""
+
+BOXED = "\\boxed{"
+_TEXT_WRAP = re.compile(r"\\text\{\s*(.*?)\s*\}", re.S)
+_LETTER_ONLY = re.compile(r"[^A-Za-z]*([A-Z])[^A-Za-z]*")
+_LETTER_LABEL = re.compile(r"\s*([A-Z])\s*[:).\-]")
+_ANSWER_COLON = re.compile(r"answer\s*:\s*(.+)", re.I)
+_ANSWER_COLON_MD = re.compile(r"[*_]{0,2}Answer[*_]{0,2}\s*:[*_\s]{0,2}(.+)", re.I | re.M)
+_SINGLE_LETTER = re.compile(r"(?<![A-Za-z])([A-Za-z])(?![A-Za-z])")
+_LEADING_LETTER = re.compile(r"([a-zA-Z])(?![a-zA-Z0-9])")
+_STANDALONE_UPPER = re.compile(r"\b[A-Z]\b")
+_LIST_SEPARATOR = re.compile(r"\s*[/|&,;]\s*|\s+(?:or|and)\s+|\s+", re.I)
+# Choice letters written in other scripts (Arabic, Bengali, full-width Latin) mean A-D.
+_FOREIGN_LETTERS = str.maketrans(
+    {c: f" {latin}" for chars, latin in zip(("أঅＡ", "بবＢ", "جডＣ", "دঢＤ"), "ABCD") for c in chars}
+)
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` (nested braces balanced), or None."""
+    start = text.rfind(BOXED)
+    if start < 0:
+        return None
+    depth = 1
+    begin = start + len(BOXED)
+    for index in range(begin, len(text)):
+        char = text[index]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[begin:index]
+    return None
+
+
+def strip_text_wrappers(text: str) -> str:
+    """Remove any number of enclosing ``\\text{...}`` wrappers."""
+    while match := _TEXT_WRAP.fullmatch(text):
+        text = match.group(1)
+    return text
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def strict_boxed(text: str, options: Options, allowed: set[str]) -> str | None:
+    inner = last_boxed(text)
+    if inner is None:
+        return None
+    inner = strip_text_wrappers(inner.strip())
+    match = _LETTER_ONLY.fullmatch(inner) or _LETTER_LABEL.match(inner)
+    letter = match.group(1) if match else None
+    return letter if letter in allowed else None
+
+
+def boxed_option_text(text: str, options: Options, allowed: set[str]) -> str | None:
+    """The single option whose (normalised) text is contained in the last box."""
+    inner = last_boxed(text)
+    if inner is None:
+        return None
+    inner = inner.strip()
+    candidates = {_norm(inner), _norm(strip_text_wrappers(inner))}
+    found = {letter for letter, option in options if (o := _norm(option)) and any(o in c for c in candidates)}
+    return found.pop() if len(found) == 1 else None
+
+
+def lenient_boxed(text: str, options: Options, allowed: set[str]) -> str | None:
+    return strict_boxed(text, options, allowed) or boxed_option_text(text, options, allowed)
+
+
+def _letter_or_option_text(candidate: str, options: Options, allowed: set[str]) -> str | None:
+    if len(candidate) == 1 and candidate.isalpha() and candidate.upper() in allowed:
+        return candidate.upper()
+    wanted = _norm(candidate)
+    return next((letter for letter, option in options if _norm(option) == wanted), None)
+
+
+def answer_colon(text: str, options: Options, allowed: set[str]) -> str | None:
+    match = _ANSWER_COLON.search(text)
+    if not match:
+        return None
+    return _letter_or_option_text(strip_text_wrappers(match.group(1)).strip(), options, allowed)
+
+
+def _is_choice_list(text: str, allowed: set[str]) -> bool:
+    """True when two different allowed letters appear separated only by list separators."""
+    hits = [m for m in _SINGLE_LETTER.finditer(text) if m.group(1).upper() in allowed]
+    return any(
+        a.group(1).upper() != b.group(1).upper() and _LIST_SEPARATOR.fullmatch(text[a.end() : b.start()])
+        for a, b in zip(hits, hits[1:])
+    )
+
+
+def choice_letter(payload: str, allowed: set[str]) -> str | None:
+    """The one choice named by an answer payload such as ``B``, ``B because ...`` or ``(C).``."""
+    candidate = payload.translate(_FOREIGN_LETTERS).strip().strip("*_` \t\n\r.,;:")
+    if _is_choice_list(candidate, allowed):
+        return None
+    if len(candidate) == 1:
+        letter: str | None = candidate
+    elif match := _LEADING_LETTER.match(candidate):
+        letter = match.group(1)
+    else:
+        last = None
+        for last in _STANDALONE_UPPER.finditer(candidate):  # noqa: B007 - we want the last match
+            pass
+        letter = last.group(0) if last else None
+    return letter.upper() if letter and letter.upper() in allowed else None
+
+
+def answer_colon_md(text: str, options: Options, allowed: set[str]) -> str | None:
+    for payload in reversed(_ANSWER_COLON_MD.findall(text)):
+        if letter := choice_letter(payload, allowed):
+            return letter
+    return None
+
+
+def custom_regex(text: str, patterns: Sequence[re.Pattern[str]], options: Options, allowed: set[str]) -> str | None:
+    """First pattern (in order) whose last match names a letter or an option's exact text.
+
+    A captured single letter is returned even when it is not an option (the regex is trusted, as
+    upstream does); it then simply fails to equal the gold letter.
+    """
+    for pattern in patterns:
+        last = None
+        for last in pattern.finditer(text):  # noqa: B007 - we want the last match
+            pass
+        if last is None:
+            continue
+        captured = (last.group(1) if pattern.groups else last.group(0)) or ""
+        captured = captured.translate(_FOREIGN_LETTERS).strip().upper()
+        if len(captured) == 1 and captured.isalpha():
+            return captured
+        wanted = _norm(captured)
+        letter = next((letter for letter, option in options if _norm(option) == wanted), None)
+        if letter:
+            return letter
+    return None
+
+
+Extractor = Callable[[str, Options, set[str]], "str | None"]
+GRADING_MODES: dict[str, Extractor] = {
+    "strict_single_letter_boxed": strict_boxed,
+    "lenient_boxed": lenient_boxed,
+    "lenient_answer_colon": answer_colon,
+    "lenient_answer_colon_md": answer_colon_md,
+}
+DEFAULT_MODE = "strict_single_letter_boxed"
+
+
+def compile_output_regex(value: object) -> list[re.Pattern[str]]:
+    """Compile ``template_metadata.output_regex`` (a pattern or a list of them); raises ValueError."""
+    patterns = [value] if isinstance(value, str) else value
+    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+        raise ValueError("expected a regex string or a non-empty list of them")
+    try:
+        return [re.compile(p, re.IGNORECASE) for p in patterns]
+    except re.error as exc:
+        raise ValueError(f"invalid regex: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Structured outputs (``cascade/StructuredOutput-v0``): JSON/YAML/TOML/CSV checked against a strict schema."""

@@ -1,0 +1,86 @@
+"""Strict JSON schemas: every declared property required, no others allowed, at every level.
+
+``strictify`` walks the schema keyword by keyword, so only real subschemas are touched (a property
+that happens to be *named* ``properties`` is left alone) and the branches of ``anyOf``/``oneOf``/
+``allOf``/``prefixItems`` are made strict too, as OpenAI's strict mode does. (Upstream NeMo Gym
+only recurses through mappings, so branches inside lists stay lenient there; see the tests.)
+An object schema with no ``properties`` stays as it is.
+
+Validation follows JSON Schema draft 2020-12 (or the schema's own ``$schema``), with no format
+assertions and no remote ``$ref`` retrieval. Compiled validators are cached by schema text.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from jsonschema import Draft202012Validator, SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+from referencing import Registry
+
+SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+SCHEMA_ONES = (
+    "items", "additionalItems", "contains", "not", "if", "then", "else", "propertyNames",
+    "unevaluatedItems", "unevaluatedProperties", "additionalProperties",
+)  # fmt: skip
+MAX_REPORTED_ERRORS = 5
+
+
+class SchemaProblem(ValueError):
+    """The task's schema is not valid JSON or not a valid JSON schema."""
+
+
+def strictify(schema: Any) -> Any:
+    """A strict copy of ``schema`` (the input is not modified)."""
+    if isinstance(schema, list):  # ``items`` as a list in older drafts
+        return [strictify(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: strictify(sub) for name, sub in out[key].items()}
+    for key in (*SCHEMA_LISTS, *SCHEMA_ONES):
+        if key in out:
+            out[key] = strictify(out[key])
+    if isinstance(out.get("properties"), dict):
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.lru_cache(maxsize=2048)
+def strict_validator(schema_text: str) -> Validator:
+    """The validator of the strict form of ``schema_text``; raises ``SchemaProblem``."""
+    try:
+        schema = json.loads(schema_text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise SchemaProblem(f"schema is not valid JSON: {exc}") from exc
+    if not isinstance(schema, (dict, bool)):
+        raise SchemaProblem(f"a schema must be a JSON object, got {type(schema).__name__}")
+    strict = strictify(schema)
+    cls = validator_for(strict, default=Draft202012Validator)
+    try:
+        cls.check_schema(strict)
+    except SchemaError as exc:
+        raise SchemaProblem(f"invalid JSON schema: {exc.message} (at {exc.json_path})") from exc
+    return cls(strict, registry=Registry())
+
+
+def schema_text(value: Any) -> str:
+    """The row's schema as canonical text (rows carry a JSON string; a mapping is accepted too)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    raise SchemaProblem(f"expected a JSON schema string, got {type(value).__name__}")
+
+
+def validation_errors(validator: Validator, instance: Any) -> list[str]:
+    """Up to ``MAX_REPORTED_ERRORS`` messages, shallowest first, each with its JSON path."""
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.path), e.json_path))
+    return [f"{e.json_path}: {e.message[:200]}" for e in errors[:MAX_REPORTED_ERRORS]]

@@ -1,0 +1,36 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The reference data folder (../shared/data); tests that need it skip loudly without it."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"reference data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _toy_envs():
+    from tests.toy_envs import register_toy_envs
+
+    register_toy_envs()
+
+
+@pytest.fixture
+def chat_server():
+    from tests.fake_chat_server import FakeChatServer
+
+    with FakeChatServer() as server:
+        yield server
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

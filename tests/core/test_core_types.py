@@ -1,0 +1,71 @@
+import math
+
+import pytest
+
+from cascade_envs import ChatSpace, Completion, Reward, TextSpace
+from cascade_envs.core import as_completion
+from cascade_envs.reasoning import overlong_reason, split_reasoning
+
+
+def test_nan_reward_is_masked_not_scored():
+    r = Reward(float("nan"))
+    assert r.masked and "NaN" in r.error
+
+
+def test_failed_and_zero_rewards_differ():
+    assert Reward.failed("judge down").masked
+    zero = Reward.zero("wrong letter")
+    assert not zero.masked and zero.value == 0.0 and zero.reason == "wrong letter"
+
+
+def test_completion_is_a_str_with_generation_facts():
+    c = Completion("hi", finish_reason="length", token_ids=[1, 2], logprobs=[-0.1, -0.2])
+    assert c == "hi" and isinstance(c, str) and c.truncated
+    assert c.to_dict()["token_ids"] == [1, 2]
+
+
+def test_as_completion_decodes_invalid_utf8_with_replacement():
+    c = as_completion(b"ok \xff\xfe end")
+    assert c.startswith("ok ") and "\ufffd" in c
+
+
+def test_as_completion_rejects_non_text():
+    with pytest.raises(TypeError, match="model's text"):
+        as_completion(42)
+
+
+def test_spaces():
+    chat, text = ChatSpace(seed=0), TextSpace(max_length=5)
+    assert chat.contains(chat.sample())
+    assert chat.contains([{"role": "user", "content": "x"}])
+    assert not chat.contains([{"role": "wizard", "content": "x"}])
+    assert not chat.contains("x")
+    assert text.contains("abc") and not text.contains("abcdef") and not text.contains(3)
+
+
+@pytest.mark.parametrize(
+    ("text", "reasoning", "answer", "unterminated"),
+    [
+        ("<think>a</think>B", "a", "B", False),
+        ("  <think>\na\n</think>\n\nB\n", "a", "B", False),
+        ("a</think>B", "a", "B", False),  # opening tag was in the prompt
+        ("<think>never closed", "never closed", "", True),
+        ("plain answer", "", "plain answer", False),
+        ("", "", "", False),
+        ("<think></think>", "", "", False),
+        ("x <think>late</think> y", "x <think>late", "y", False),
+    ],
+)
+def test_split_reasoning(text, reasoning, answer, unterminated):
+    split = split_reasoning(text)
+    assert (split.reasoning, split.answer, split.unterminated) == (reasoning, answer, unterminated)
+
+
+def test_overlong_rule():
+    assert overlong_reason(Completion("x", finish_reason="length"), split_reasoning("x"))
+    assert overlong_reason(Completion("<think>x"), split_reasoning("<think>x"))
+    assert overlong_reason(Completion("x", finish_reason="stop"), split_reasoning("x")) is None
+
+
+def test_reward_value_is_float():
+    assert isinstance(Reward(1).value, float) and not math.isnan(Reward(True).value)

@@ -1,0 +1,83 @@
+import json
+import logging
+
+import pytest
+
+from cascade_envs import DataError, TaskError
+from cascade_envs.data import load_tasks, prompt_messages, read_rows, resolve_path, task_id
+from tests.toy_envs import ExactAnswerEnv
+
+
+def write_jsonl(path, lines):
+    path.write_bytes(b"\n".join(line if isinstance(line, bytes) else json.dumps(line).encode() for line in lines))
+    return path
+
+
+def test_malformed_rows_are_reported_with_file_line_and_field(tmp_path):
+    path = write_jsonl(
+        tmp_path / "tasks.jsonl",
+        [
+            {"prompt": "ok", "answer": "1"},
+            {"prompt": "no answer"},
+            b"{not json",
+            b"[1, 2]",
+            {"prompt": "", "answer": "1"},
+            b"\xff\xfe",
+        ],
+    )
+    with pytest.raises(DataError) as err:
+        ExactAnswerEnv(tasks=str(path))
+    text = str(err.value)
+    assert "5 malformed row(s)" in text
+    assert f"{path}:2: field 'answer'" in text
+    assert f"{path}:3: not valid JSON" in text
+    assert f"{path}:4: a row must be a JSON object" in text
+    assert f"{path}:5: field 'prompt': the prompt is empty" in text
+
+
+def test_skip_mode_keeps_good_rows(tmp_path, caplog):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b"}])
+    with caplog.at_level(logging.WARNING):
+        env = ExactAnswerEnv(tasks=str(path), on_bad_rows="skip")
+    assert len(env.tasks) == 1 and "t.jsonl:2" in caplog.text
+
+
+def test_parquet_rows(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pylist([{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}]), path)
+    assert [r for _, r in read_rows(path)][1] == {"prompt": "b", "answer": "2"}
+    assert len(ExactAnswerEnv(tasks=str(path)).tasks) == 2
+
+
+def test_task_files_are_cached_per_version(tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"prompt": "a", "answer": "1"}])
+    a = load_tasks(str(path), ExactAnswerEnv().load_task, ExactAnswerEnv)
+    b = load_tasks(str(path), ExactAnswerEnv().load_task, ExactAnswerEnv)
+    assert a is b
+    write_jsonl(path, [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}])
+    assert len(load_tasks(str(path), ExactAnswerEnv().load_task, ExactAnswerEnv)) == 2
+
+
+def test_missing_files():
+    with pytest.raises(DataError, match="task file not found"):
+        resolve_path("/nonexistent/tasks.jsonl")
+    with pytest.raises(DataError, match="task file not found: bundled:nodomain/x.jsonl"):
+        resolve_path("bundled:nodomain/x.jsonl")
+
+
+def test_prompt_layouts():
+    nemo = {"responses_create_params": {"input": [{"role": "developer", "content": "s"}, {"role": "user", "content": [{"type": "input_text", "text": "q"}]}]}}
+    assert prompt_messages(nemo) == [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    assert prompt_messages({"messages": [{"role": "user", "content": "q"}]}) == [{"role": "user", "content": "q"}]
+    assert prompt_messages({"prompt": "q"}) == [{"role": "user", "content": "q"}]
+    for bad in ({"prompt": []}, {"prompt": 3}, {"messages": [{"content": "x"}]}, {"messages": [{"role": "user", "content": 5}]}):
+        with pytest.raises(TaskError):
+            prompt_messages(bad)
+
+
+def test_task_ids():
+    assert task_id({"id": 7}) == "7" and task_id({"key": "k"}) == "k"
+    assert task_id({"prompt": "x"}) == task_id({"prompt": "x"}) != task_id({"prompt": "y"})

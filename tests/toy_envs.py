@@ -1,0 +1,76 @@
+"""Small but real environments used by the kernel tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cascade_envs import Env, Reward, TaskError, Turn
+from cascade_envs.core import Completion
+
+
+class ExactAnswerEnv(Env):
+    """Reward 1 when the final answer equals the task's ``answer`` (after stripping)."""
+
+    def load_task(self, row: dict[str, Any]) -> dict[str, Any]:
+        row = super().load_task(row)
+        if not isinstance(row.get("answer"), str):
+            raise TaskError("expected a string", "answer")
+        return row
+
+    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+        if answer.strip() == task["answer"]:
+            return Reward(1.0)
+        return Reward.zero(f"expected {task['answer']!r}")
+
+
+class BrokenVerifierEnv(ExactAnswerEnv):
+    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+        raise RuntimeError("judge server unreachable")
+
+
+class LookupToolEnv(ExactAnswerEnv):
+    """Multi-turn: the model may call ``lookup``; the final answer must contain the task's answer."""
+
+    max_turns = 3
+
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, Any]]:
+        tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+        system = {"role": "system", "content": "Use tools."}
+        messages = [system, {"role": "user", "content": task["prompt"]}]
+        return super().prompt({"messages": messages, "tools": tools})
+
+    async def aturn(self, completion: Completion) -> Turn:
+        parsed = self.parse_tool_calls(completion)
+        if parsed.errors:
+            return Turn([{"role": "tool", "content": "error: " + "; ".join(parsed.errors)}])
+        if parsed.calls:
+            return Turn([{"role": "tool", "content": self.task["answer"]} for _ in parsed.calls])
+        return await super().aturn(completion)
+
+    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+        return Reward(float(task["answer"] in answer))
+
+
+class LongestWinsEnv(ExactAnswerEnv):
+    """Group-scored: within a group, the longest answer gets 1, the others 0."""
+
+    scores_groups = True
+
+    async def ascore_group(self, task, responses):
+        lengths = [len(r) for r in responses]
+        return [Reward(float(n == max(lengths)), {"length": n}) for n in lengths]
+
+
+TOY_ENVS = {
+    "toy/ExactAnswer-v0": ExactAnswerEnv,
+    "toy/BrokenVerifier-v0": BrokenVerifierEnv,
+    "toy/LookupTool-v0": LookupToolEnv,
+    "toy/LongestWins-v0": LongestWinsEnv,
+}
+
+
+def register_toy_envs() -> None:
+    from cascade_envs import register
+
+    for env_id, cls in TOY_ENVS.items():
+        register(env_id, cls)

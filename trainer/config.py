@@ -1,0 +1,301 @@
+"""Typed trainer configuration: dataclasses loaded from YAML, with ``key.sub=value`` overrides.
+
+Unknown keys are errors (with a "did you mean"), values are checked against the field types, and
+``load_config(None)`` gives the embedded default run (``trainer/configs/default.yaml``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..core import CascadeError
+
+
+class ConfigError(CascadeError):
+    """A trainer config that cannot be used as written."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = "embedded"
+    """A local Hugging Face model folder, or ``embedded`` (SmolLM2-135M-Instruct shipped with the package)."""
+    dtype: str = "auto"
+    """``auto`` (bfloat16 on GPU, float32 on CPU), ``float32``, ``bfloat16`` or ``float16``."""
+    device: str = "auto"
+    gradient_checkpointing: str | bool = "auto"
+    """``auto``: on for GPU, off for CPU."""
+
+
+@dataclass
+class MixConfig:
+    envs: dict[str, Any] = field(default_factory=dict)
+    """``{env_id: weight}`` or ``{env_id: {weight: W, kwargs: {...}}}``; weights are normalised."""
+    seed: int | None = None
+    """Task-sampling seed (default: ``train.seed``)."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"
+    group_size: int = 8
+    prompts_per_step: int = 8
+    max_tokens: int = 256
+    """Maximum response length; a response cut here scores 0 (overlong penalty)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    thinking: bool | None = None
+    """Override every env's thinking mode (``None``: each env decides)."""
+    concurrency: int = 256
+    dynamic_filtering: bool = True
+    """Drop groups whose rewards are all equal and draw fresh prompts instead."""
+    max_rounds: int = 4
+    """Rollout rounds per step to fill the batch with informative groups."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-6
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 0
+    warmup_start_lr: float = 0.0
+    micro_batch_size: int = 8
+    """Sequences per forward/backward pass; gradients accumulate over the step's batch."""
+    kl_coef: float = 0.0
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100
+    seed: int = 0
+    output_dir: str = "runs/grpo"
+    save_every: int = 50
+    keep_checkpoints: int = 2
+    resume: bool = True
+    """Continue from the newest checkpoint in ``output_dir`` when there is one."""
+    tensorboard: bool = True
+    progress: bool = True
+    plot: bool = True
+    save_rollouts: bool = False
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    mix: MixConfig = field(default_factory=MixConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name: str = "grpo"
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def mix_weights(self) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+        """Weights and per-env kwargs of ``mix.envs`` (``rollout.thinking`` goes into every env's kwargs)."""
+        weights: dict[str, float] = {}
+        kwargs: dict[str, dict[str, Any]] = {}
+        for env_id, value in self.mix.envs.items():
+            if isinstance(value, dict):
+                unknown = set(value) - {"weight", "kwargs"}
+                if unknown:
+                    raise ConfigError(f"mix.envs.{env_id}: unknown key(s) {sorted(unknown)}; use weight and kwargs")
+                weights[env_id] = value.get("weight", 1.0)
+                kwargs[env_id] = dict(value.get("kwargs") or {})
+            else:
+                weights[env_id] = value
+                kwargs[env_id] = {}
+            if self.rollout.thinking is not None:
+                kwargs[env_id].setdefault("thinking", self.rollout.thinking)
+        if not weights:
+            raise ConfigError("mix.envs is empty: name at least one env id with its weight")
+        return weights, kwargs
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _check_value(value: Any, tp: Any, where: str) -> Any:
+    """Check (and lightly coerce: int -> float) ``value`` against the annotation ``tp``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in typing.get_args(tp):
+            try:
+                return _check_value(value, option, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{where}: {value!r} does not fit {tp}")
+    if tp is type(None):
+        if value is not None:
+            raise ConfigError(f"{where}: expected null, got {value!r}")
+        return None
+    if tp is Any:
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp in (str, bool):
+        if not isinstance(value, tp):
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_check_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    raise ConfigError(f"{where}: unsupported field type {tp}")  # pragma: no cover - a bug in this module
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(names)})"
+            raise ConfigError(f"unknown config key {path!r}{hint}")
+        tp = hints[key]
+        values[key] = _build(tp, value, path) if _is_dataclass_type(tp) else _check_value(value, tp, path)
+    return cls(**values)
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted!r}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"optim.lr=1e-5"`` -> ``("optim.lr", 1e-05)``; the value is read as YAML."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r} must look like key.sub=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {exc}") from None
+    if isinstance(value, str) and _looks_numeric(value):
+        value = float(value)  # YAML 1.1 reads "1e-5" as a string
+    return key.strip(), value
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}
+
+
+def default_config_path() -> Path:
+    return Path(str(resources.files("cascade_envs.trainer").joinpath("configs/default.yaml")))
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return _fix_yaml_floats(data)
+
+
+def _fix_yaml_floats(node: Any) -> Any:
+    """YAML 1.1 (PyYAML) reads ``3e-6`` as a string; read such scalars as numbers."""
+    if isinstance(node, dict):
+        return {k: _fix_yaml_floats(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_fix_yaml_floats(v) for v in node]
+    if isinstance(node, str) and _looks_numeric(node) and any(c in node.lower() for c in "e."):
+        return float(node)
+    return node
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (``None``: the embedded default) and apply ``key.sub=value`` overrides."""
+    data = read_yaml(default_config_path() if path is None else path)
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_path(data, key, value)
+    config = _build(Config, data, "")
+    validate(config)
+    return config
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    config = _build(Config, data, "")
+    validate(config)
+    return config
+
+
+def validate(config: Config) -> None:
+    """Range checks that the types alone cannot express."""
+    r, o, t = config.rollout, config.optim, config.train
+    positive = {
+        "rollout.group_size": r.group_size,
+        "rollout.prompts_per_step": r.prompts_per_step,
+        "rollout.max_tokens": r.max_tokens,
+        "rollout.concurrency": r.concurrency,
+        "rollout.max_rounds": r.max_rounds,
+        "optim.micro_batch_size": o.micro_batch_size,
+        "train.save_every": t.save_every,
+        "train.keep_checkpoints": t.keep_checkpoints,
+    }
+    for name, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}")
+    if t.steps < 0:
+        raise ConfigError(f"train.steps must be >= 0, got {t.steps}")
+    if o.lr <= 0 or o.max_grad_norm <= 0:
+        raise ConfigError("optim.lr and optim.max_grad_norm must be positive")
+    if o.kl_coef < 0:
+        raise ConfigError(f"optim.kl_coef must be >= 0, got {o.kl_coef}")
+    if len(o.betas) != 2:
+        raise ConfigError("optim.betas must be two numbers")
+    if r.engine not in ("hf", "vllm"):
+        raise ConfigError(f"rollout.engine must be 'hf' or 'vllm', got {r.engine!r}")
+    if r.group_size < 2:
+        raise ConfigError("rollout.group_size must be at least 2: GRPO compares rollouts within a group")
+    config.mix_weights()

@@ -1,0 +1,80 @@
+"""Rollout engines: what generates the trainer's rollouts, and how it gets the newest weights.
+
+A ``RolloutEngine`` is a ``Policy`` (the rollout runner calls ``agenerate``) that can also receive
+the training model's weights after each optimizer step (``sync_weights``). Engines:
+
+- ``HFEngine`` (this module): Hugging Face transformers generation through ``HFPolicy``. When it
+  generates with the training model object itself, ``sync_weights`` has nothing to do.
+- ``VLLMEngine`` (``trainer/vllm_engine.py``): in-process vLLM, weights copied in place.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..core import Completion, Message
+from ..rollout.policy import SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """A policy the runner can drive whose weights the trainer keeps current."""
+
+    async def agenerate(
+        self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
+    ) -> Completion: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the next generations use ``model``'s current weights."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class HFEngine:
+    """Generation with Hugging Face transformers (CPU or GPU) via ``HFPolicy``.
+
+    By default it samples from the training model object, so rollouts always use the current
+    weights and ``sync_weights`` is a no-op. Given a separate ``model`` (e.g. a bf16 inference
+    copy), ``sync_weights`` copies the training weights into it in place.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, **policy_kwargs: Any):
+        from ..policies.hf import HFPolicy
+
+        self.policy = HFPolicy(model, tokenizer, **policy_kwargs)
+        self.model = model
+
+    async def agenerate(
+        self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
+    ) -> Completion:
+        return await self.policy.agenerate(messages, sampling=sampling, thinking=thinking)
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        if model is self.model:
+            return
+        import torch
+
+        with torch.no_grad():
+            target = self.model.state_dict()
+            for name, tensor in model.state_dict().items():
+                target[name].copy_(tensor)
+
+    async def aclose(self) -> None:
+        await self.policy.aclose()
+
+
+def make_engine(kind: str, model: Any, tokenizer: Any, **kwargs: Any) -> RolloutEngine:
+    """Build the engine named in the config: ``hf`` or ``vllm``."""
+    if kind == "hf":
+        return HFEngine(model, tokenizer, **kwargs)
+    if kind == "vllm":
+        from .vllm_engine import VLLMEngine
+
+        return VLLMEngine(model, tokenizer, **kwargs)
+    from ..core import CascadeError
+
+    raise CascadeError(f"unknown rollout engine {kind!r}: use 'hf' or 'vllm'")
