@@ -103,25 +103,29 @@ def _discover(pm: pluggy.PluginManager) -> dict[str, PluginInfo]:
     return infos
 
 
+def _stager(target: Registry[Spec], info: PluginInfo, staged: list[Spec]):
+    """The ``register`` callable handed to one plugin's hook: it stages specs for ``target``."""
+
+    def register(id: str, entry_point: str, **kwargs: Any) -> None:
+        if not isinstance(entry_point, str) or ":" not in entry_point:
+            raise ValueError(f"{id}: entry_point must look like 'package.module:Attr'")
+        if target is envs:
+            check_env_id(id)
+        staged.append(Spec(id, entry_point, kwargs, info.name, info.distribution, info.version))
+
+    return register
+
+
 def _run_hook(pm: pluggy.PluginManager, hook_name: str, target: Registry[Spec], infos: dict) -> None:
     for impl in getattr(pm.hook, hook_name).get_hookimpls():
         info = infos[impl.plugin_name]
         staged: list[Spec] = []
-
-        def register(id: str, entry_point: str, **kwargs: Any) -> None:  # noqa: A002
-            if not isinstance(entry_point, str) or ":" not in entry_point:
-                raise ValueError(f"{id}: entry_point must look like 'package.module:Attr'")
-            if target is envs:
-                check_env_id(id)
-            staged.append(Spec(id, entry_point, kwargs, info.name, info.distribution, info.version))
-
         try:
-            impl.function(register=register)
+            impl.function(register=_stager(target, info, staged))
             for spec in staged:
                 if spec.id in target._items:
-                    raise RuntimeError(
-                        f"{target.kind} {spec.id!r} is already registered by {target._items[spec.id].plugin!r}"
-                    )
+                    owner = target._items[spec.id].plugin
+                    raise RuntimeError(f"{target.kind} {spec.id!r} is already registered by {owner!r}")
         except Exception as exc:
             _fail(info, exc)
             continue

@@ -9,6 +9,7 @@ loses nothing already done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -192,10 +193,8 @@ def _safe_task_id(task: Any) -> str:
 
 
 async def _close_quietly(env: Env) -> None:
-    try:
+    with contextlib.suppress(Exception):  # closing must not turn a scored episode into an error
         await env.aclose()
-    except Exception:  # closing must not turn a scored episode into an error
-        pass
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:

@@ -64,7 +64,7 @@ def test_task_files_are_cached_per_version(tmp_path):
 def test_missing_files():
     with pytest.raises(DataError, match="task file not found"):
         resolve_path("/nonexistent/tasks.jsonl")
-    with pytest.raises(DataError, match="task file not found: bundled:nodomain/x.jsonl"):
+    with pytest.raises(DataError, match=r"task file not found: bundled:nodomain/x\.jsonl"):
         resolve_path("bundled:nodomain/x.jsonl")
 
 
