@@ -4,7 +4,7 @@ pyproject.toml cannot list nested packages under a remapped folder, so the packa
 computed here; all other metadata lives in pyproject.toml.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 PACKAGE_DIRS = {
     "cascade_envs": "cascade_envs",
@@ -16,6 +16,7 @@ PACKAGE_DIRS = {
 packages = []
 for package, folder in PACKAGE_DIRS.items():
     packages.append(package)
-    packages += [f"{package}.{sub}" for sub in find_packages(folder)]
+    # namespace packages too, so data folders (envs/<domain>/data) ship their files
+    packages += [f"{package}.{sub}" for sub in find_namespace_packages(folder, exclude=["*__pycache__*"])]
 
 setup(packages=packages, package_dir=PACKAGE_DIRS)

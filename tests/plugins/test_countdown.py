@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from fractions import Fraction
 
 import pytest
@@ -120,6 +121,23 @@ def test_wrong_answers_score_zero_with_a_reason(env: CountdownEnv, response: str
     assert reason in reward.reason
 
 
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        ("<answer>" * 200_000, "no <answer></answer> block"),
+        ("<answer>" * 100_000 + "</answer>", "the expression is empty"),
+        (f"<answer>{'1 + ' * 250_000}1</answer>", "longer than"),
+        ("=" * 100_000 + "1" * 100_000, "no <answer></answer> block"),
+        (f"<answer>{'=' * 100_000}{'1' * 100_000}x</answer>", "longer than"),
+    ],
+)
+def test_huge_adversarial_output_is_scored_quickly(env: CountdownEnv, response: str, reason: str) -> None:
+    start = time.perf_counter()
+    reward = score(env, response)
+    assert reward.value == 0.0 and reason in reward.reason
+    assert time.perf_counter() - start < 1.0
+
+
 def test_unterminated_reasoning_scores_zero(env: CountdownEnv) -> None:
     reward = score(env, "<think>20 + 14 + 3 + 3 <answer>20 + 14 + 3 + 3</answer>")
     assert reward.value == 0.0 and reward.reason and not reward.masked
@@ -193,7 +211,7 @@ def test_guess_number_passes_gymnasium_checker_and_is_solvable() -> None:
     low, high, steps = 1, 100, 0
     while True:  # binary search finds any secret within 7 guesses
         guess = (low + high) // 2
-        obs, reward, terminated, truncated, info = env.step(guess)
+        obs, reward, terminated, truncated, _ = env.step(guess)
         steps += 1
         if obs == TOO_LOW:
             low = guess + 1

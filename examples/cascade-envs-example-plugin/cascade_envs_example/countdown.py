@@ -16,7 +16,7 @@ from cascade_envs import Env, Reward, Task, TaskError
 
 from .arithmetic import ExpressionError, evaluate
 
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+ANSWER_TAG_RE = re.compile(r"<(/?)answer>", re.IGNORECASE)
 TRAILING_RESULT_RE = re.compile(r"=\s*(-?\d+)\s*$")
 BUNDLED_TASKS = str(Path(__file__).with_name("data") / "countdown.jsonl")
 MAX_NUMBERS = 8
@@ -47,10 +47,10 @@ class CountdownEnv(Env):
         return {**row, "nums": list(nums), "target": target, "prompt": prompt}
 
     async def ascore(self, task: Task, answer: str) -> Reward:
-        found = ANSWER_RE.findall(answer)
-        if not found:
+        expression = last_answer(answer)
+        if expression is None:
             return Reward.zero("no <answer></answer> block")
-        expression = found[-1].strip()
+        expression = expression.strip()
         claimed = TRAILING_RESULT_RE.search(expression)
         if claimed:  # "(1 + 2) * 8 = 24": the claim must be right, the expression is what counts
             if int(claimed.group(1)) != task["target"]:
@@ -63,3 +63,14 @@ class CountdownEnv(Env):
         if value != task["target"]:
             return Reward.zero(f"the expression equals {value}, not {task['target']}", result=str(value))
         return Reward(1.0, {"result": str(value)})
+
+
+def last_answer(text: str) -> str | None:
+    """The text of the last complete ``<answer>...</answer>`` block, found in one linear scan."""
+    start = found = None
+    for tag in ANSWER_TAG_RE.finditer(text):
+        if not tag.group(1):
+            start = tag.end()
+        elif start is not None:
+            found, start = text[start : tag.start()], None
+    return found
