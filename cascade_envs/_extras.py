@@ -21,6 +21,8 @@ EXTRA_OF_MODULE = {
     "nltk": "verifiers",
     "syllapy": "verifiers",
     "emoji": "verifiers",
+    "textblob": "verifiers",
+    "xmltodict": "verifiers",
     "docker": "swe",
     "openhands": "swe",
 }

@@ -6,11 +6,21 @@ from ..plugins import hookimpl
 
 BUILTIN_ENVS: dict[str, tuple[str, dict]] = {
     # id: (entry point, default kwargs) -- each domain adds its line(s) here
+    "cascade/MCQA-v0": ("cascade_envs.envs.mcqa.env:MCQAEnv", {}),
+    "cascade/StructuredOutput-v0": ("cascade_envs.envs.structured_outputs.env:StructuredOutputEnv", {}),
+    "cascade/Math-v0": ("cascade_envs.envs.math.env:MathEnv", {}),
+    "cascade/Code-v0": ("cascade_envs.envs.code.env:CodeEnv", {}),
+    "cascade/InstructionFollowing-v0": ("cascade_envs.envs.instruction_following.env:InstructionFollowingEnv", {}),
 }
 
 
 DEFAULT_EVAL_ENVS: tuple[str, ...] = (
     # the domains that run on a CPU with no judge server: `cascade-envs eval` plays these by default
+    "cascade/InstructionFollowing-v0",
+    "cascade/MCQA-v0",
+    "cascade/StructuredOutput-v0",
+    "cascade/Math-v0",
+    "cascade/Code-v0",
 )
 
 

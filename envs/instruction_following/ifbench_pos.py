@@ -7,21 +7,7 @@ rules over a 100k-word English lexicon, Penn Treebank tags), so nothing is fetch
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
-from .text import ResourceUnavailable
-
-
-@functools.cache
-def _tagger() -> Any:
-    try:
-        from textblob.en import tag
-    except ImportError as exc:
-        raise ResourceUnavailable(
-            "words:start_verb needs textblob's English tagger: pip install 'cascade-envs[verifiers]'"
-        ) from exc
-    return tag
+from .ifbench_text import require
 
 
 def first_word_is_verb(text: str) -> bool:
@@ -31,7 +17,7 @@ def first_word_is_verb(text: str) -> bool:
     word is capitalised by convention; so the text is tagged as written and with its first letter
     lowered, and either reading of the first token as a verb counts.
     """
-    tag = _tagger()
+    tag = require("textblob.en", "words:start_verb").tag
     for variant in (text, text[:1].lower() + text[1:]):
         tagged = tag(variant)
         if tagged and tagged[0][1].startswith("VB"):

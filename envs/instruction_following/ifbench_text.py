@@ -1,4 +1,4 @@
-"""Text helpers of the IFBench checkers: punctuation handling, stop words, loose response variants.
+"""Text helpers of the IFBench checkers: punctuation handling, stop words, edge-stripped words.
 
 Sentence splitting and word counting come from the shared ``text`` module; what lives here is
 specific to the IFBench family. "Punctuation" means ASCII punctuation (``string.punctuation``),
@@ -8,11 +8,13 @@ the set the IFBench definitions strip and count.
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 import string
+from types import ModuleType
 
 from .registry import instruction
-from .text import count_words, split_sentences, word_tokens
+from .text import ResourceUnavailable, count_words, split_sentences
 
 __all__ = [
     "PUNCTUATION",
@@ -20,11 +22,10 @@ __all__ = [
     "count_words",
     "edge_stripped_words",
     "ifbench",
-    "loose_variants",
     "remove_punctuation",
+    "require",
     "sentences",
     "strip_punctuation",
-    "word_tokens",
 ]
 
 ifbench = functools.partial(instruction, family="ifbench")
@@ -37,6 +38,18 @@ _NON_WORD_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
 
 sentences = split_sentences
 """The sentence splitter of every sentence-based IFBench checker (IFEval's rule-based one)."""
+
+
+@functools.cache
+def require(module: str, needed_by: str) -> ModuleType:
+    """Import ``module`` for the checker ``needed_by``; a missing package is a ``ResourceUnavailable``
+    (the env masks the reward) rather than an ``ImportError``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ResourceUnavailable(
+            f"{needed_by} needs {module.split('.')[0]}: pip install 'cascade-envs[verifiers]'"
+        ) from exc
 
 
 def remove_punctuation(text: str) -> str:
@@ -56,15 +69,6 @@ def edge_stripped_words(text: str) -> list[str]:
     return [word for word in stripped if word]
 
 
-def loose_variants(response: str) -> list[str]:
-    """The eight responses IFEval-style loose scoring tries: the response, without its first line,
-    its last line or both, each as is and with ``*`` removed (the response itself first)."""
-    lines = response.split("\n")
-    cut = ["\n".join(lines[1:]).strip(), "\n".join(lines[:-1]).strip(), "\n".join(lines[1:-1]).strip()]
-    bases = [response, *cut]
-    return bases + [base.replace("*", "") for base in bases]
-
-
 # NLTK's English stop-word list, restricted to entries that a ``\w+`` token can equal (the
 # apostrophe forms such as "don't" can never match a ``\w+`` token).
 STOPWORDS = frozenset(
@@ -77,5 +81,5 @@ STOPWORDS = frozenset(
     shan she should shouldn so some such t than that the their theirs them themselves then there
     these they this those through to too under until up ve very was wasn we were weren what when
     where which while who whom why will with won wouldn y you your yours yourself yourselves
-    """.split()
+    """.split()  # noqa: SIM905
 )

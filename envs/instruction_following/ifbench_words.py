@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import string
 from collections import Counter
+from typing import Annotated
 
-from .ifbench_text import edge_stripped_words, ifbench, remove_punctuation, sentences, strip_punctuation
+from .ifbench_text import (
+    edge_stripped_words,
+    ifbench,
+    remove_punctuation,
+    require,
+    sentences,
+    strip_punctuation,
+)
+from .registry import at_least
+
+Position = Annotated[int, at_least(1)]
 
 _ALPHABET = string.ascii_lowercase
 
@@ -46,7 +58,7 @@ def _alliteration(sentence: str) -> int:
     """Number of words in runs of consecutive words sharing their first character."""
     initials = [word[0] for word in (w.lstrip(string.punctuation) for w in sentence.lower().split()) if word]
     total, in_run = 0, False
-    for first, second in zip(initials, initials[1:], strict=False):
+    for first, second in itertools.pairwise(initials):
         if first == second:
             total += 1 if in_run else 2
         in_run = first == second
@@ -98,17 +110,17 @@ def start_verb(response: str) -> bool:
 
 
 @ifbench("words:repeats")
-def repeats(response: str, *, small_n: int) -> bool:
+def repeats(response: str, *, small_n: Position) -> bool:
     """No word (case-insensitive, punctuation removed) occurs more than ``small_n`` times."""
     counts = Counter(remove_punctuation(response.lower()).split())
     return all(count <= small_n for count in counts.values())
 
 
 @ifbench("sentence:keyword")
-def sentence_keyword(response: str, *, word: str, N: int) -> bool:
+def sentence_keyword(response: str, *, word: str, N: Position) -> bool:
     """The ``N``-th sentence contains ``word`` as a whole word (case-insensitive)."""
     parts = sentences(response)
-    if N < 1 or len(parts) < N or not word.strip():
+    if len(parts) < N:
         return False
     return re.search(rf"\b{re.escape(word.strip())}\b", parts[N - 1], re.IGNORECASE) is not None
 
@@ -116,17 +128,16 @@ def sentence_keyword(response: str, *, word: str, N: int) -> bool:
 @ifbench("words:odd_even_syllables")
 def odd_even_syllables(response: str) -> bool:
     """Consecutive words alternate between odd and even syllable counts."""
-    import syllapy
-
-    parities = [syllapy.count(word) % 2 for word in remove_punctuation(response).lower().split()]
-    return all(a != b for a, b in zip(parities, parities[1:], strict=False))
+    count_syllables = require("syllapy", "words:odd_even_syllables").count
+    parities = [count_syllables(word) % 2 for word in remove_punctuation(response).lower().split()]
+    return all(a != b for a, b in itertools.pairwise(parities))
 
 
 @ifbench("words:last_first")
 def last_first(response: str) -> bool:
     """The last word of each sentence is the first word of the next (case-insensitive)."""
     parts = sentences(response)
-    for current, following in zip(parts, parts[1:], strict=False):
+    for current, following in itertools.pairwise(parts):
         last = current.rstrip(string.punctuation + " ").split()
         first = following.lstrip(string.punctuation + " ").split()
         if not last or not first or last[-1].lower() != first[0].lower():
@@ -145,27 +156,28 @@ def paragraph_last_first(response: str) -> bool:
 
 
 @ifbench("sentence:increment")
-def increment(response: str, *, small_n: int) -> bool:
+def increment(response: str, *, small_n: Annotated[int, at_least(0)]) -> bool:
     """Each sentence has exactly ``small_n`` more words than the previous one."""
     counts = [len(remove_punctuation(sentence).split()) for sentence in sentences(response)]
     if not counts:
         return False
-    return all(b - a == small_n for a, b in zip(counts, counts[1:], strict=False))
+    return all(b - a == small_n for a, b in itertools.pairwise(counts))
 
 
 @ifbench("words:no_consecutive")
 def no_consecutive(response: str) -> bool:
     """No two consecutive words start with the same letter (case-insensitive)."""
     initials = [word[0] for word in remove_punctuation(response.lower()).split()]
-    return all(a != b for a, b in zip(initials, initials[1:], strict=False))
+    return all(a != b for a, b in itertools.pairwise(initials))
 
 
 @ifbench("words:keywords_specific_position")
-def keywords_specific_position(response: str, *, keyword: str, n: int, m: int) -> bool:
+def keywords_specific_position(response: str, *, keyword: str, n: Position, m: Position) -> bool:
     """The ``m``-th word of the ``n``-th sentence is ``keyword`` (case-insensitive); words are
-    whitespace-separated, with surrounding punctuation ignored."""
+    whitespace-separated, with surrounding punctuation ignored (IFBench counts NLTK tokens, which
+    split "don't" and "well-known" in two)."""
     parts = sentences(response)
-    if n < 1 or m < 1 or len(parts) < n:
+    if len(parts) < n:
         return False
     words = edge_stripped_words(parts[n - 1])
     return len(words) >= m and words[m - 1].lower() == keyword.strip().lower()
@@ -173,7 +185,8 @@ def keywords_specific_position(response: str, *, keyword: str, n: int, m: int) -
 
 @ifbench("words:words_position")
 def words_position(response: str, *, keyword: str) -> bool:
-    """The second word and the second-to-last word are both ``keyword`` (case-insensitive)."""
+    """The second word and the second-to-last word are both ``keyword`` (case-insensitive); words
+    as in ``words:keywords_specific_position``."""
     words = [word.lower() for word in edge_stripped_words(response)]
     target = keyword.strip().lower()
     return len(words) >= 2 and words[1] == words[-2] == target

@@ -14,29 +14,27 @@ from cascade_envs import Env, Reward, Task, TaskError
 from .grading import DEFAULT_MODE, GRADING_MODES, Options, compile_output_regex, custom_regex
 
 
-def _options(value: Any) -> Options:
-    """``[{"A": "..."}, ...]`` (or one ``{"A": "...", ...}`` mapping) as ``(letter, text)`` pairs.
-
-    Entries whose text is null are dropped, as upstream does.
-    """
-    entries = [value] if isinstance(value, dict) else value
+def _check_options(value: Any) -> list[dict[str, str | None]]:
+    """Validate ``[{"A": "..."}, ...]`` (one ``{"A": "...", ...}`` mapping is split into that form)."""
+    entries = [{k: v} for k, v in value.items()] if isinstance(value, dict) else value
     if not isinstance(entries, list) or not entries:
         raise TaskError("expected a non-empty list of {letter: text} objects", "options")
-    pairs: Options = []
     for entry in entries:
         if not isinstance(entry, dict) or not entry:
             raise TaskError(f"each option must be a {{letter: text}} object, got {entry!r:.80}", "options")
         for letter, text in entry.items():
             if not (isinstance(letter, str) and len(letter) == 1 and letter.isalpha()):
                 raise TaskError(f"option keys must be single letters, got {letter!r:.20}", "options")
-            if text is None:
-                continue
-            if not isinstance(text, str):
+            if text is not None and not isinstance(text, str):
                 raise TaskError(f"option {letter} must be text, got {type(text).__name__}", "options")
-            pairs.append((letter.upper(), text))
-    if not pairs:
+    if not _pairs(entries):
         raise TaskError("every option is null", "options")
-    return pairs
+    return entries
+
+
+def _pairs(options: list[dict[str, str | None]]) -> Options:
+    """``(letter, text)`` pairs of validated options; null entries are dropped, as upstream does."""
+    return [(letter.upper(), text) for entry in options for letter, text in entry.items() if text is not None]
 
 
 class MCQAEnv(Env):
@@ -55,8 +53,10 @@ class MCQAEnv(Env):
 
     def load_task(self, row: dict[str, Any]) -> Task:
         task = super().load_task(row)
-        options = _options(row.get("options"))
-        letters = {letter for letter, _ in options}
+        options = _check_options(row.get("options"))
+        if options is not row["options"]:
+            task = {**task, "options": options}
+        letters = {letter for letter, _ in _pairs(options)}
         gold = row.get("expected_answer")
         if not isinstance(gold, str) or gold.strip().upper() not in letters:
             raise TaskError(f"must be one of the option letters {sorted(letters)}, got {gold!r:.40}", "expected_answer")
@@ -74,7 +74,7 @@ class MCQAEnv(Env):
         return task
 
     async def ascore(self, task: Task, answer: str) -> Reward:
-        options = _options(task["options"])
+        options = _pairs(task["options"])
         allowed = {letter for letter, _ in options}
         gold = task["expected_answer"].strip().upper()
         mode = self.grading_mode or task.get("grading_mode") or DEFAULT_MODE

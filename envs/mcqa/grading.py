@@ -17,7 +17,9 @@ backtracking patterns), so a megabyte-long response cannot stall the event loop.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections import deque
 from collections.abc import Callable, Sequence
 
 Options = list[tuple[str, str]]
@@ -35,8 +37,13 @@ _STANDALONE_UPPER = re.compile(r"\b[A-Z]\b")
 _LIST_SEPARATOR = re.compile(r"\s*[/|&,;]\s*|\s+(?:or|and)\s+|\s+", re.I)
 # Choice letters written in other scripts (Arabic, Bengali, full-width Latin) mean A-D.
 _FOREIGN_LETTERS = str.maketrans(
-    {c: f" {latin}" for chars, latin in zip(("أঅＡ", "بবＢ", "جডＣ", "دঢＤ"), "ABCD") for c in chars}
+    {c: f" {latin}" for chars, latin in zip(("أঅＡ", "بবＢ", "جডＣ", "دঢＤ"), "ABCD", strict=True) for c in chars}
 )
+
+
+def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    last = deque(pattern.finditer(text), maxlen=1)
+    return last[0] if last else None
 
 
 def last_boxed(text: str) -> str | None:
@@ -109,10 +116,10 @@ def answer_colon(text: str, options: Options, allowed: set[str]) -> str | None:
 
 def _is_choice_list(text: str, allowed: set[str]) -> bool:
     """True when two different allowed letters appear separated only by list separators."""
-    hits = [m for m in _SINGLE_LETTER.finditer(text) if m.group(1).upper() in allowed]
+    hits = (m for m in _SINGLE_LETTER.finditer(text) if m.group(1).upper() in allowed)
     return any(
-        a.group(1).upper() != b.group(1).upper() and _LIST_SEPARATOR.fullmatch(text[a.end() : b.start()])
-        for a, b in zip(hits, hits[1:])
+        a.group(1).upper() != b.group(1).upper() and _LIST_SEPARATOR.fullmatch(text, a.end(), b.start())
+        for a, b in itertools.pairwise(hits)
     )
 
 
@@ -126,9 +133,7 @@ def choice_letter(payload: str, allowed: set[str]) -> str | None:
     elif match := _LEADING_LETTER.match(candidate):
         letter = match.group(1)
     else:
-        last = None
-        for last in _STANDALONE_UPPER.finditer(candidate):  # noqa: B007 - we want the last match
-            pass
+        last = _last_match(_STANDALONE_UPPER, candidate)
         letter = last.group(0) if last else None
     return letter.upper() if letter and letter.upper() in allowed else None
 
@@ -147,9 +152,7 @@ def custom_regex(text: str, patterns: Sequence[re.Pattern[str]], options: Option
     upstream does); it then simply fails to equal the gold letter.
     """
     for pattern in patterns:
-        last = None
-        for last in pattern.finditer(text):  # noqa: B007 - we want the last match
-            pass
+        last = _last_match(pattern, text)
         if last is None:
             continue
         captured = (last.group(1) if pattern.groups else last.group(0)) or ""

@@ -1,7 +1,7 @@
 """``cascade/StructuredOutput-v0``: the response must validate against the task's schema, made strict.
 
 Rows use the NeMo Gym ``structured_outputs`` layout: ``schema_str`` (a JSON schema as text),
-``schema_type`` (the format of the reply: json, yaml, toml or csv) and ``response_mode``:
+``schema_type`` (the format of the reply: json, yaml, toml, csv or xml) and ``response_mode``:
 
 - ``"text"`` (default): the whole final answer is the document;
 - ``"tool_call"``: the answer must make exactly one tool call (parsed from the text by the env's
@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from cascade_envs import Env, Reward, Task, TaskError
 
-from .formats import PARSERS, ParseError, coerce_csv, parse, unfence
+from .formats import PARSERS, XML_MISSING, ParseError, coerce, format_available, parse, unfence
 from .schema import SchemaProblem, schema_text, strict_validator, validation_errors
 
 RESPONSE_MODES = ("text", "tool_call")
@@ -52,6 +52,8 @@ class StructuredOutputEnv(Env):
         schema_type = row.get("schema_type", "json")
         if not isinstance(schema_type, str) or schema_type.lower() not in PARSERS:
             raise TaskError(f"unsupported format {schema_type!r:.40}; supported: {sorted(PARSERS)}", "schema_type")
+        if not format_available(schema_type.lower()):
+            raise TaskError(XML_MISSING, "schema_type")
         mode = row.get("response_mode") or "text"
         if mode not in RESPONSE_MODES:
             raise TaskError(f"unknown mode {mode!r:.40}; choose from {RESPONSE_MODES}", "response_mode")
@@ -76,8 +78,7 @@ class StructuredOutputEnv(Env):
                 document = parse(unfence(answer) if self.allow_code_fence else answer, schema_type)
             except ParseError as exc:
                 return _fail("parse_error", [str(exc)], **info)
-            if schema_type == "csv":
-                document = coerce_csv(document, validator.schema)
+            document = coerce(document, schema_type, validator.schema)
         try:
             errors = validation_errors(validator, document)
         except RecursionError:

@@ -1,14 +1,16 @@
-"""Parsing a response in the task's ``schema_type`` (json, yaml, toml, csv) into plain data.
+"""Parsing a response in the task's ``schema_type`` (json, yaml, toml, csv, xml) into plain data.
 
 Parsing is as literal as upstream NeMo Gym's: a reply wrapped in a markdown code fence does not
 parse unless the env is built with ``allow_code_fence=True``. YAML is read with the safe loader
-and *without* anchors/aliases (an alias bomb would otherwise make validation exponential). CSV
-cells are strings; they are coerced to the types the schema declares for each column.
+and *without* anchors/aliases (an alias bomb would otherwise make validation exponential). XML is
+read by ``xmltodict`` (entities disabled), so the schema describes the root element too. CSV cells
+and XML leaves are strings; ``coerce`` converts them to the types the schema declares.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 import re
@@ -44,11 +46,17 @@ def unfence(text: str) -> str:
 
 
 def _yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
 
 
 def _csv(text: str) -> Any:
     return list(csv.DictReader(io.StringIO(text)))
+
+
+def _xml(text: str) -> Any:
+    import xmltodict
+
+    return xmltodict.parse(text, disable_entities=True)
 
 
 PARSERS: dict[str, Callable[[str], Any]] = {
@@ -56,7 +64,14 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "yaml": _yaml,
     "toml": tomllib.loads,
     "csv": _csv,
+    "xml": _xml,
 }
+XML_MISSING = "schema_type 'xml' needs the xmltodict package: pip install 'cascade-envs[verifiers]'"
+
+
+def format_available(schema_type: str) -> bool:
+    """False for a known format whose parser is not installed (xml without xmltodict)."""
+    return schema_type != "xml" or importlib.util.find_spec("xmltodict") is not None
 
 
 def parse(text: str, schema_type: str) -> Any:
@@ -71,19 +86,8 @@ def parse(text: str, schema_type: str) -> Any:
         raise ParseError(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
 
 
-def _coerce_cell(value: Any, kind: Any) -> Any:
-    """A CSV cell converted to the JSON type ``kind`` (a name or a list of names) when it can be."""
-    if isinstance(kind, list):
-        if value in (None, "") and "null" in kind:
-            return None
-        for option in kind:
-            if option != "null":
-                converted = _coerce_cell(value, option)
-                if option == "string" or not isinstance(converted, str):
-                    return converted
-        return value
-    if not isinstance(value, str) or value == "":
-        return value
+def _scalar(value: str, kind: Any) -> Any:
+    """``value`` as the JSON type ``kind`` names, or unchanged when it does not convert."""
     try:
         if kind == "integer":
             return int(value)
@@ -96,14 +100,56 @@ def _coerce_cell(value: Any, kind: Any) -> Any:
     return value
 
 
+def _cell(value: Any, kind: Any) -> Any:
+    """A CSV cell: empty means null where the type allows it; a type list tries each type."""
+    if isinstance(kind, list):
+        if value in (None, "") and "null" in kind:
+            return None
+        for option in (k for k in kind if k != "null"):
+            converted = _cell(value, option)
+            if option == "string" or not isinstance(converted, str):
+                return converted
+        return value
+    return _scalar(value, kind) if isinstance(value, str) and value else value
+
+
 def _column_type(columns: dict[str, Any], key: Any) -> Any:
     column = columns.get(key)
     return column.get("type", "string") if isinstance(column, dict) else "string"
 
 
-def coerce_csv(rows: list[dict[str, Any]], schema: Any) -> list[dict[str, Any]]:
-    """Coerce each row's cells to the column types of the schema's ``items`` (or the schema)."""
+def _coerce_csv(rows: list[dict[str, Any]], schema: Any) -> list[dict[str, Any]]:
     item = schema.get("items", schema) if isinstance(schema, dict) else {}
     columns = item.get("properties") if isinstance(item, dict) else None
     columns = columns if isinstance(columns, dict) else {}
-    return [{key: _coerce_cell(value, _column_type(columns, key)) for key, value in row.items()} for row in rows]
+    return [{key: _cell(value, _column_type(columns, key)) for key, value in row.items()} for row in rows]
+
+
+def _coerce_xml(data: Any, schema: Any) -> Any:
+    """Walk xmltodict output alongside the schema (as upstream does).
+
+    A repeated element parses as ``{"tag": [...]}`` and a single one as ``{"tag": value}``: at an
+    array position that one-key wrapper is dropped. An empty element (None) becomes "" where a
+    string is expected. Leaves convert only for a single declared type.
+    """
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if kind == "object" and isinstance(data, dict):
+        properties = schema.get("properties") or {}
+        return {key: _coerce_xml(value, properties[key]) if key in properties else value for key, value in data.items()}
+    if kind == "array":
+        if isinstance(data, dict) and len(data) == 1:
+            data = next(iter(data.values()))
+        items = data if isinstance(data, list) else [] if data is None else [data]
+        return [_coerce_xml(item, schema.get("items", {})) for item in items]
+    if data is None and kind == "string":
+        return ""
+    return _scalar(data, kind) if isinstance(data, str) else data
+
+
+def coerce(document: Any, schema_type: str, schema: Any) -> Any:
+    """Convert the string leaves of a CSV or XML document to the types the schema declares."""
+    if schema_type == "csv":
+        return _coerce_csv(document, schema)
+    if schema_type == "xml":
+        return _coerce_xml(document, schema)
+    return document

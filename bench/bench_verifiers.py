@@ -1,0 +1,137 @@
+"""Verification throughput per domain (responses/s, one core), ours vs. a reference, in one run.
+
+For every bundled sample it builds a correct and a wrong response (with a paragraph of reasoning
+in front, as a model would write) and scores them all, repeatedly, for ``--seconds`` per side:
+
+- MCQA: ``MCQAEnv.areward`` vs. a naive baseline (one regex for ``\\boxed{X}``, compare);
+- structured outputs: ``StructuredOutputEnv.areward`` vs. a naive baseline
+  (``json.loads`` + ``jsonschema.validate`` against the strict schema on every call);
+- math: ``MathEnv.areward`` (a worker process with a hard timeout, one worker) vs. calling
+  ``math_verify.parse``/``verify`` directly in-process (no isolation, no timeout off the main
+  thread). The ratio is the price of isolation.
+
+Ours scores each pass as one concurrent batch on an event loop, as the rollout runner does; the
+reference scores one response after another. The script also checks that ours and the reference
+agree on every response. Run: ``python bench/bench_verifiers.py [--seconds 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+from cascade_envs.envs.math.env import MathEnv
+from cascade_envs.envs.math.verify import ANSWER_TARGETS, GOLD_TARGETS, strip_delimiters
+from cascade_envs.envs.mcqa.env import MCQAEnv
+from cascade_envs.envs.structured_outputs.env import StructuredOutputEnv
+from cascade_envs.envs.structured_outputs.schema import strictify
+
+REASONING = "Let me work through this carefully, checking each step against the definitions. " * 12
+
+
+Cases = list[tuple[Any, str]]
+
+
+def throughput(score_all: Callable[[Cases], list[float]], cases: Cases, seconds: float) -> tuple[float, list[float]]:
+    """Responses per second of ``score_all`` over ``cases`` (repeated for ``seconds``), and one pass's values."""
+    values = score_all(cases)  # warm-up, and the values to compare
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        score_all(cases)
+        done += len(cases)
+    return done / (time.perf_counter() - start), values
+
+
+def env_scorer(env: Any) -> Callable[[Cases], list[float]]:
+    """Score a batch as the rollout runner does: concurrently, on one event loop."""
+    loop = asyncio.new_event_loop()
+
+    async def batch(cases: Cases) -> list[float]:
+        return [r.value for r in await asyncio.gather(*(env.areward(task, text) for task, text in cases))]
+
+    return lambda cases: loop.run_until_complete(batch(cases))
+
+
+def one_by_one(score: Callable[[Any, str], float]) -> Callable[[Cases], list[float]]:
+    return lambda cases: [score(task, text) for task, text in cases]
+
+
+def mcqa_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float]]:
+    env = MCQAEnv()
+    cases = []
+    for task in env.tasks:
+        if task["grading_mode"] != "strict_single_letter_boxed" or task.get("template_metadata"):
+            continue
+        gold = task["expected_answer"]
+        wrong = next(letter for option in task["options"] for letter in option if letter != gold)
+        cases += [(task, f"{REASONING}\n\\boxed{{{gold}}}"), (task, f"{REASONING}\n\\boxed{{{wrong}}}")]
+    boxed = re.compile(r"\\boxed\{([A-J])\}")
+
+    def naive(task: Any, text: str) -> float:
+        found = boxed.findall(text)
+        return float(bool(found) and found[-1] == task["expected_answer"])
+
+    return env, cases, naive
+
+
+def structured_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float]]:
+    env = StructuredOutputEnv()
+    cases = []
+    for task in env.tasks:
+        if task["schema_type"] != "json" or task["response_mode"] != "text":
+            continue
+        good = task["reference_response"]
+        wrong = json.dumps({**json.loads(good), "unexpected": True})
+        cases += [(task, good), (task, wrong)]
+
+    def naive(task: Any, text: str) -> float:
+        try:
+            jsonschema.validate(json.loads(text), strictify(json.loads(task["schema_str"])))
+        except (ValueError, jsonschema.ValidationError):
+            return 0.0
+        return 1.0
+
+    return env, cases, naive
+
+
+def math_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float]]:
+    from math_verify import parse, verify
+
+    env = MathEnv(workers=1, timeout_s=30)
+    cases = []
+    for task in env.tasks:
+        gold = strip_delimiters(task["expected_answer"])
+        cases += [(task, f"{REASONING}\nSo the answer is \\boxed{{{gold}}}."), (task, f"{REASONING}\n\\boxed{{7/5}}")]
+
+    def in_process(task: Any, text: str) -> float:
+        gold = parse("\\boxed{" + strip_delimiters(task["expected_answer"]) + "}", GOLD_TARGETS)
+        return float(verify(gold, parse(text, ANSWER_TARGETS)))
+
+    return env, cases, in_process
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per side and domain")
+    args = parser.parse_args()
+    print(f"{'domain':<12} {'responses':>9} {'ours (resp/s)':>14} {'reference (resp/s)':>19} {'ours/ref':>9}  reference")
+    for name, build, reference in (
+        ("mcqa", mcqa_cases, "naive regex"),
+        ("structured", structured_cases, "naive json+jsonschema.validate"),
+        ("math", math_cases, "math_verify in-process"),
+    ):
+        env, cases, baseline = build()
+        ours, our_values = throughput(env_scorer(env), cases, args.seconds)
+        ref, ref_values = throughput(one_by_one(baseline), cases, args.seconds)
+        agree = "" if our_values == ref_values else f"  (DISAGREE on {sum(a != b for a, b in zip(our_values, ref_values, strict=True))})"
+        print(f"{name:<12} {len(cases):>9} {ours:>14.0f} {ref:>19.0f} {ours / ref:>9.2f}  {reference}{agree}")
+
+
+if __name__ == "__main__":
+    main()

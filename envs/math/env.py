@@ -1,0 +1,83 @@
+"""``cascade/Math-v0``: a final answer checked for symbolic equivalence with ``expected_answer``.
+
+Rows use the NeMo Gym ``math_with_judge`` layout: ``responses_create_params.input`` (the prompt),
+``question`` and ``expected_answer``. Checks run in a process-wide pool of worker processes
+(``pool.py``), never on the event loop: each has a hard timeout, and a check that overruns or
+crashes gives a masked reward with the reason, not a 0.
+
+Upstream falls back to an LLM judge when the symbolic check fails; this env is the symbolic
+check alone (a judge-backed variant can wrap it), so answers that only a judge accepts score 0.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+from cascade_envs import Env, Reward, Task, TaskError
+
+from .pool import CallFailed, CallTimeout, WorkerDied, WorkerPool, shared_pool
+from .verify import check
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MEMORY_MB = 4096
+
+
+class MathEnv(Env):
+    """Math answers verified with math-verify (gold first), reward 1/0.
+
+    ``timeout_s`` bounds each check; ``workers`` is the size of the shared verifier pool (default:
+    up to 4, one per CPU); ``memory_mb`` caps each worker's address space.
+    """
+
+    default_tasks: ClassVar[str | None] = "bundled:math/samples.jsonl"
+
+    def __init__(
+        self,
+        tasks: Any = None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        workers: int | None = None,
+        memory_mb: int | None = DEFAULT_MEMORY_MB,
+        **kwargs: Any,
+    ):
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.timeout_s = float(timeout_s)
+        self.workers = int(workers or min(4, os.cpu_count() or 1))
+        self.memory_mb = memory_mb
+        super().__init__(tasks, **kwargs)
+
+    def load_task(self, row: dict[str, Any]) -> Task:
+        task = super().load_task(row)
+        gold = row.get("expected_answer")
+        if isinstance(gold, (int, float)) and not isinstance(gold, bool):
+            task = {**task, "expected_answer": str(gold)}
+        elif not isinstance(gold, str) or not gold.strip():
+            raise TaskError(f"expected a non-empty answer string, got {gold!r:.40}", "expected_answer")
+        if row.get("question") is not None and not isinstance(row["question"], str):
+            raise TaskError("must be a string", "question")
+        return task
+
+    @property
+    def pool(self) -> WorkerPool:
+        return shared_pool(check, self.workers, self.timeout_s, self.memory_mb)
+
+    async def ascore(self, task: Task, answer: str) -> Reward:
+        gold = task["expected_answer"]
+        if not answer.strip():
+            return Reward.zero("empty response", expected_answer=gold, extracted_answer=None)
+        try:
+            result = await self.pool.call(gold, answer)
+        except CallTimeout:
+            return Reward.failed(f"verification timed out after {self.timeout_s:g} s", expected_answer=gold)
+        except (WorkerDied, CallFailed) as exc:
+            return Reward.failed(f"math-verify failed: {exc}", expected_answer=gold)
+        info = {"expected_answer": gold, "extracted_answer": result["extracted"]}
+        if not result["gold_parsed"]:
+            return Reward.failed("math-verify could not parse expected_answer", **info)
+        if result["correct"]:
+            return Reward(1.0, info)
+        if result["extracted"] is None:
+            return Reward.zero("no answer could be extracted", **info)
+        return Reward.zero("answer is not equivalent to expected_answer", **info)
