@@ -15,7 +15,15 @@ import re
 from typing import Annotated, Any
 
 from .registry import at_least, instruction
-from .text import Relation, compare, count_words, detect_language, language_codes, punkt_sentences, word_tokens
+from .text import (
+    Relation,
+    compare,
+    count_words,
+    detect_language,
+    language_codes,
+    punkt_sentences,
+    word_tokens,
+)
 
 Count = Annotated[int, at_least(0)]
 Index = Annotated[int, at_least(1)]
@@ -24,7 +32,9 @@ Index = Annotated[int, at_least(1)]
 def _language(code: str) -> str:
     code = code.strip()
     if code not in language_codes():
-        raise ValueError(f"{code!r} is not a language code langdetect knows ({', '.join(sorted(language_codes()))})")
+        raise ValueError(
+            f"{code!r} is not a language code langdetect knows ({', '.join(sorted(language_codes()))})"
+        )
     return code
 
 
@@ -35,8 +45,9 @@ def _letter(letter: str) -> str:
     return letter
 
 
-def _count(pattern: str, text: str) -> int:
-    return sum(1 for _ in re.finditer(pattern, text))
+def count_keyword(keyword: str, text: str) -> int:
+    """Case-insensitive, non-overlapping occurrences of ``keyword`` (stripped) in ``text``."""
+    return sum(1 for _ in re.finditer(re.escape(keyword.strip()), text, re.IGNORECASE))
 
 
 # ----- keywords -----------------------------------------------------------------------------
@@ -51,8 +62,7 @@ def keywords_existence(response: str, *, keywords: list[str]) -> bool:
 @instruction("keywords:frequency", "ifeval")
 def keyword_frequency(response: str, *, keyword: str, frequency: Count, relation: Relation) -> bool:
     """The keyword occurs ``relation`` ``frequency`` times (case-insensitive)."""
-    return compare(_count(re.escape(keyword.strip()), response if True else "") if False else
-                   len(re.findall(re.escape(keyword.strip()), response, re.IGNORECASE)), relation, frequency)
+    return compare(count_keyword(keyword, response), relation, frequency)
 
 
 @instruction("keywords:forbidden_words", "ifeval")
@@ -140,11 +150,15 @@ def number_paragraphs(response: str, *, num_paragraphs: Count) -> bool:
 
 def _nth_within_total(kwargs: dict[str, Any]) -> None:
     if kwargs["nth_paragraph"] > kwargs["num_paragraphs"]:
-        raise ValueError(f"nth_paragraph {kwargs['nth_paragraph']} exceeds num_paragraphs {kwargs['num_paragraphs']}")
+        raise ValueError(
+            f"nth_paragraph {kwargs['nth_paragraph']} exceeds num_paragraphs {kwargs['num_paragraphs']}"
+        )
 
 
 @instruction("length_constraints:nth_paragraph_first_word", "ifeval", validate=_nth_within_total)
-def nth_paragraph_first_word(response: str, *, num_paragraphs: Index, nth_paragraph: Index, first_word: str) -> bool:
+def nth_paragraph_first_word(
+    response: str, *, num_paragraphs: Index, nth_paragraph: Index, first_word: str
+) -> bool:
     """``num_paragraphs`` paragraphs split by blank lines, paragraph ``nth_paragraph`` starting with ``first_word``."""
     paragraphs = response.split("\n\n")
     count = sum(1 for p in paragraphs if p.strip())
@@ -203,9 +217,9 @@ def count_bullets(text: str) -> int:
     Equals the count of IFEval's ``^\\s*\\*[^\\*].*$`` plus ``^\\s*-.*$`` matches, found in one
     linear pass instead of regex backtracking over blank lines.
     """
-    return _line_items(text, lambda t, i: t[i] == "*" and i + 1 < len(t) and t[i + 1] != "*", 2) + _line_items(
-        text, lambda t, i: t[i] == "-", 1
-    )
+    return _line_items(
+        text, lambda t, i: t[i] == "*" and i + 1 < len(t) and t[i + 1] != "*", 2
+    ) + _line_items(text, lambda t, i: t[i] == "-", 1)
 
 
 _NON_SPACE = re.compile(r"\S")

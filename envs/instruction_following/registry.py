@@ -58,13 +58,17 @@ def instruction(
 
 
 def get_instruction(instruction_id: str) -> Instruction:
+    """The registered instruction ``instruction_id`` (the checker families load on first use)."""
+    if isinstance(instruction_id, str) and instruction_id not in INSTRUCTIONS:
+        load_families()
     try:
         return INSTRUCTIONS[instruction_id]
-    except KeyError:
+    except (KeyError, TypeError):
         import difflib
 
         close = difflib.get_close_matches(str(instruction_id), list(INSTRUCTIONS), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        hint += "".join(f"; the {f} checkers failed to load: {e}" for f, e in _load_errors.items())
         raise TaskError(f"unknown instruction id {instruction_id!r}{hint}", "instruction_id_list") from None
 
 
@@ -175,19 +179,30 @@ def validate_kwargs(instruction_id: str, kwargs: Any) -> dict[str, Any]:
 
     ``None`` values are dropped (public rows list every possible kwarg, mostly null); numeric
     strings and integral floats become ints; known data quirks (a one-element list for a string,
-    ``less_than`` for ``less than``) are normalised with a warning. Unknown, missing or ill-typed
+    a string for a list of strings, ``less_than`` for ``less than``, the kwargs object stored as
+    a JSON string) are normalised with a warning. Unknown, missing or ill-typed
     kwargs raise ``TaskError`` naming the instruction and the kwarg.
     """
     spec = get_instruction(instruction_id)
+    if isinstance(kwargs, str):  # some exports store each kwargs object as a JSON string
+        import json
+
+        try:
+            kwargs = json.loads(kwargs) if kwargs.strip() else None
+        except ValueError:
+            raise TaskError(f"{instruction_id}: kwargs is a string that is not JSON", "kwargs") from None
+        _warn_once(instruction_id, "kwargs", "a JSON string given for the kwargs object; parsed")
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, dict):
         raise TaskError(f"{instruction_id}: kwargs must be an object, got {type(kwargs).__name__}", "kwargs")
     given = {k: v for k, v in kwargs.items() if v is not None}
-    unknown = sorted(set(given) - set(spec.params))
+    unknown = sorted(map(str, set(given) - set(spec.params)))
     if unknown:
         allowed = ", ".join(spec.params) or "none"
-        raise TaskError(f"{instruction_id}: unknown kwarg(s) {', '.join(unknown)} (allowed: {allowed})", "kwargs")
+        raise TaskError(
+            f"{instruction_id}: unknown kwarg(s) {', '.join(unknown)} (allowed: {allowed})", "kwargs"
+        )
     clean: dict[str, Any] = {}
     for name, param in spec.params.items():
         if name not in given:
@@ -195,7 +210,9 @@ def validate_kwargs(instruction_id: str, kwargs: Any) -> dict[str, Any]:
                 raise TaskError(f"{instruction_id}: missing required kwarg {name!r}", "kwargs")
             continue
         try:
-            clean[name] = _coerce(given[name], spec.hints[name], lambda q, n=name: _warn_once(instruction_id, n, q))
+            clean[name] = _coerce(
+                given[name], spec.hints[name], lambda q, n=name: _warn_once(instruction_id, n, q)
+            )
         except ValueError as exc:
             raise TaskError(f"{instruction_id}: kwarg {name!r} {exc}", "kwargs") from None
     if spec.validate is not None:
@@ -204,3 +221,34 @@ def validate_kwargs(instruction_id: str, kwargs: Any) -> dict[str, Any]:
         except ValueError as exc:
             raise TaskError(f"{instruction_id}: {exc}", "kwargs") from None
     return clean
+
+
+# ----- the families -------------------------------------------------------------------------
+
+FAMILY_MODULES = ("ifeval", "ifevalg", "ifbench")
+_load_errors: dict[str, str] = {}
+_attempted: set[str] = set()
+
+
+def load_families() -> dict[str, str]:
+    """Import every checker family so its ids register; returns ``{family: error}`` for those that failed.
+
+    ``ifbench`` is optional: when its module is absent the IFBench ids are simply unknown; when it
+    is present but cannot import (a missing dependency), the error is kept and shown with any
+    unknown-id error.
+    """
+    import importlib
+
+    for family in FAMILY_MODULES:
+        name = f"{__package__}.{family}"
+        if family in _attempted:
+            continue
+        _attempted.add(family)
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            if isinstance(exc, ModuleNotFoundError) and exc.name == name:
+                continue
+            _load_errors[family] = f"{type(exc).__name__}: {exc}"
+            log.warning("instruction family %s did not load: %s", family, _load_errors[family])
+    return dict(_load_errors)

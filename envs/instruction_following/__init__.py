@@ -1,0 +1,1 @@
+"""Instruction-following domain: IFEval, IF-RLVR (IFEvalG) and IFBench checkers in one registry."""
