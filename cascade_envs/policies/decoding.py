@@ -18,13 +18,22 @@ the text leaves out the EOS token and everything from the stop string on (OpenAI
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria
-from transformers import StoppingCriteriaList
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from ..core import Completion
+
+Decode = Callable[[list[int]], str]
+"""Token ids to text, special tokens kept (a thread-safe wrapper around the tokenizer)."""
 
 
 @dataclass
@@ -77,11 +86,11 @@ class _RowSampler(LogitsProcessor):
 class _RowStops(StoppingCriteria):
     """Ends each row at its own max_tokens or stop strings; remembers where a stop string ended it."""
 
-    def __init__(self, requests: list[GenRequest], prompt_len: int, eos_ids: set[int], tokenizer):
+    def __init__(self, requests: list[GenRequest], prompt_len: int, eos_ids: set[int], decode: Decode):
         self.requests = requests
         self.prompt_len = prompt_len
         self.eos_ids = eos_ids
-        self.tokenizer = tokenizer
+        self.decode = decode
         self.stopped_at: list[int | None] = [None] * len(requests)
         self.ended = [False] * len(requests)
         # Enough trailing tokens to hold the longest stop string even if some tokens decode to "".
@@ -90,20 +99,25 @@ class _RowStops(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
         n = input_ids.shape[1] - self.prompt_len
         last = input_ids[:, -1].tolist()
-        done = []
         for i, r in enumerate(self.requests):
-            self.ended[i] = self.ended[i] or last[i] in self.eos_ids or self.stopped_at[i] is not None
-            if r.stop and not self.ended[i]:
-                tail = input_ids[i, max(self.prompt_len, input_ids.shape[1] - self.window[i]) :].tolist()
-                text = self.tokenizer.decode(tail, skip_special_tokens=False)
-                if any(s in text for s in r.stop):
-                    self.stopped_at[i] = n
-                    self.ended[i] = True
-            done.append(self.ended[i] or n >= r.max_tokens)
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+            if self.ended[i]:
+                continue
+            if last[i] in self.eos_ids:
+                self.ended[i] = True
+            elif r.stop and self._hit_stop(input_ids[i], r.stop, self.window[i]):
+                self.stopped_at[i], self.ended[i] = n, True
+            elif n >= r.max_tokens:
+                self.ended[i] = True
+        return torch.tensor(self.ended, dtype=torch.bool, device=input_ids.device)
+
+    def _hit_stop(self, row: torch.Tensor, stop: tuple[str, ...], window: int) -> bool:
+        text = self.decode(row[max(self.prompt_len, row.shape[0] - window) :].tolist())
+        return any(s in text for s in stop)
 
 
-def generate_batch(model, tokenizer, requests: list[GenRequest], eos_ids: set[int], pad_id: int) -> list[Completion]:
+def generate_batch(
+    model, decode: Decode, requests: list[GenRequest], eos_ids: set[int], pad_id: int
+) -> list[Completion]:
     """Complete every request with one left-padded ``model.generate`` call."""
     device = model.device
     width = max(len(r.prompt_ids) for r in requests)
@@ -113,18 +127,17 @@ def generate_batch(model, tokenizer, requests: list[GenRequest], eos_ids: set[in
         input_ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
         attention[i, width - len(r.prompt_ids) :] = 1
     sampler = _RowSampler(requests, device)
-    stops = _RowStops(requests, width, eos_ids, tokenizer)
+    stops = _RowStops(requests, width, eos_ids, decode)
     config = GenerationConfig(
         max_new_tokens=max(r.max_tokens for r in requests),
         do_sample=False,
         num_beams=1,
-        # Neutral values, so nothing from the model's own generation_config reshapes the logits.
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        min_length=0,
+        # Neutral values, so the model's own generation_config (merged in for unset fields) does not
+        # reshape the logits; sampling warpers are inactive anyway, since do_sample is False.
+        min_new_tokens=0,
         repetition_penalty=1.0,
         no_repeat_ngram_size=0,
+        remove_invalid_values=False,
         eos_token_id=sorted(eos_ids) or None,
         pad_token_id=pad_id,
     )
@@ -138,13 +151,18 @@ def generate_batch(model, tokenizer, requests: list[GenRequest], eos_ids: set[in
     generated = sequences[:, width:].tolist()
     logprobs = torch.stack(sampler.logprobs, dim=1).tolist() if sampler.logprobs else [[] for _ in requests]
     return [
-        _completion(r, generated[i], logprobs[i], stops.stopped_at[i], eos_ids, tokenizer)
+        _completion(r, generated[i], logprobs[i], stops.stopped_at[i], eos_ids, decode)
         for i, r in enumerate(requests)
     ]
 
 
 def _completion(
-    request: GenRequest, tokens: list[int], logprobs: list[float], stopped_at: int | None, eos_ids: set[int], tokenizer
+    request: GenRequest,
+    tokens: list[int],
+    logprobs: list[float],
+    stopped_at: int | None,
+    eos_ids: set[int],
+    decode: Decode,
 ) -> Completion:
     """Cut one row at its first ending event and decode it."""
     end, reason = min(len(tokens), request.max_tokens), "length"
@@ -154,7 +172,7 @@ def _completion(
     if stopped_at is not None and stopped_at <= end:
         end, reason, eos_at = stopped_at, "stop", None
     kept = tokens[:end]
-    text = tokenizer.decode(kept[:eos_at] if eos_at is not None else kept, skip_special_tokens=False)
+    text = decode(kept[:eos_at] if eos_at is not None else kept)
     if stopped_at is not None and eos_at is None and reason == "stop":
         cut = min((k for k in (text.find(s) for s in request.stop) if k >= 0), default=len(text))
         text = text[:cut]

