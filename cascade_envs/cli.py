@@ -155,7 +155,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_serve_sandbox(args: argparse.Namespace) -> int:
     from .sandbox.service import serve_sandbox
 
-    serve_sandbox(host=args.host, port=args.port, workers=args.workers, backend=args.backend)
+    serve_sandbox(
+        host=args.host, port=args.port, workers=args.workers, backend=args.backend, max_queue=args.max_queue
+    )
     return 0
 
 
@@ -198,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve-sandbox", help="run the code-verification HTTP service")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    p.add_argument("--workers", type=int, default=None, help="concurrent verifications (default: one per core)")
+    p.add_argument("--max-queue", type=int, default=None, help="queued requests before answering 429")
     p.add_argument("--backend", default=None, help="sandbox backend (default: bwrap where present)")
     p.set_defaults(fn=cmd_serve_sandbox)
     return parser

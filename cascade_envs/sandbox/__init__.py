@@ -22,7 +22,7 @@ from typing import Any
 
 from ..registry import sandboxes
 from .base import Sandbox, Session
-from .types import EXECUTABLE, ExecResult, File, SandboxError
+from .results import EXECUTABLE, ExecResult, File, SandboxError
 
 DEFAULT_ORDER = ("bwrap", "local")
 

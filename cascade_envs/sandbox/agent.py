@@ -1,31 +1,39 @@
-"""The in-sandbox agent: a tiny stdlib-only server that runs commands inside one sandbox.
+"""The in-sandbox agent: a tiny server that runs commands inside one sandbox.
 
-It is started once per session (``python3 -c <this file's source> <workdir>``) inside the isolation
-a backend provides, and speaks one JSON object per line over its stdin/stdout:
+It is started once per session (``python3 -I -S -c <this file's source> <workdir>``) inside the
+isolation a backend provides, and serves requests on its stdin/stdout until told to exit:
 
-- ``{"op": "write", "files": {path: [base64, mode]}}`` writes files under the work dir;
+- ``{"op": "write", "files": {path: (data, mode)}}`` writes files under the work dir;
 - ``{"op": "read", "path": p, "limit": n}`` reads a file back (e.g. a compiled binary);
-- ``{"op": "run", "argv": [...], "stdin": b64, "timeout_s": t, "memory_mb": m, ...}`` runs one command
-  with rlimits, a wall-clock deadline and capped output, and answers with an ``ExecResult`` dict.
+- ``{"op": "run", "argv": [...], "stdin": b"...", "timeout_s": t, "memory_mb": m, ...}`` runs one
+  command with rlimits, a wall-clock deadline and capped output.
 
-Compiling once and running many tests therefore costs one sandbox start per response, not per test.
+Requests come from the (trusted) host as length-prefixed ``marshal`` data; answers go back in a
+fixed binary layout that the host parses with ``struct`` alone (see ``protocol.py``), so nothing the
+sandbox sends is ever unpickled or evaluated. Only builtin, already-loaded modules are imported: the
+agent starts in a few milliseconds, so one sandbox per response (not per test) is cheap.
+
 The agent never sees expected outputs: results are judged outside the sandbox. When it is PID 1 of
-its own PID namespace it also kills every leftover process (background jobs, daemons, zombies)
-after each command, and its own death takes the whole namespace with it.
+its own PID namespace it kills every leftover process (background jobs, daemons, zombies) after each
+command, cannot be killed from inside, and its exit takes the whole namespace with it.
 """
 
-import base64
-import json
+import _signal as signal  # the C module: `signal` would pull in enum & co. at start-up
+import marshal
 import os
 import resource
-import selectors
-import signal
-import subprocess
+import select
+import struct
 import sys
 import time
 
 MEMORY_MARKERS = (b"MemoryError", b"std::bad_alloc", b"Cannot allocate memory", b"out of memory")
 CHUNK = 1 << 16
+HEAD = struct.Struct("!I")
+RESULT = struct.Struct("!idddB")
+OK, ERROR, RESULT_KIND = 0, 1, 2
+SIGNAL_NAMES = {getattr(signal, n): n for n in ("SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGKILL", "SIGPIPE",
+                                                "SIGSEGV", "SIGSYS", "SIGTERM", "SIGTRAP", "SIGXCPU", "SIGXFSZ")}
 
 
 def _nondumpable():
@@ -41,45 +49,40 @@ def _nondumpable():
 def _safe_path(workdir, path):
     full = os.path.normpath(os.path.join(workdir, path))
     if os.path.isabs(path) or not (full + os.sep).startswith(workdir.rstrip(os.sep) + os.sep):
-        raise ValueError("path escapes the work dir: %r" % path)
+        raise ValueError("path escapes the work dir: " + repr(path))
     return full
+
+
+def _blob(data):
+    return HEAD.pack(len(data)) + data
 
 
 def op_write(req, workdir):
     for path, (data, mode) in req["files"].items():
         full = _safe_path(workdir, path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as fh:
-            fh.write(base64.b64decode(data))
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
         os.chmod(full, mode)
-    return {"ok": True}
+    return bytes([OK]) + _blob(b"")
 
 
 def op_read(req, workdir):
+    limit = int(req.get("limit", 1 << 30))
     with open(_safe_path(workdir, req["path"]), "rb") as fh:
-        data = fh.read(int(req.get("limit", 1 << 30)) + 1)
-    if len(data) > int(req.get("limit", 1 << 30)):
-        return {"ok": False, "error": "file larger than the read limit"}
-    return {"ok": True, "data": base64.b64encode(data).decode()}
-
-
-def _limiter(memory_mb, cpu_s, file_mb, nproc):
-    def apply():
-        limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu_s)]
-        if memory_mb:
-            limits.append((resource.RLIMIT_AS, memory_mb << 20))
-        if file_mb:
-            limits.append((resource.RLIMIT_FSIZE, file_mb << 20))
-        if nproc:
-            limits.append((resource.RLIMIT_NPROC, nproc))
-        for which, value in limits:
-            resource.setrlimit(which, (value, value))
-
-    return apply
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError("file larger than the read limit")
+    return bytes([OK]) + _blob(data)
 
 
 def _killpg(pgid):
-    try:
+    try:  # noqa: SIM105 (contextlib would cost the agent's start-up time)
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
@@ -93,7 +96,7 @@ def sweep(pgid):
     for _ in range(50):
         others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]
         for pid in others:
-            try:
+            try:  # noqa: SIM105
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
@@ -109,6 +112,61 @@ def sweep(pgid):
         time.sleep(0.001)
 
 
+PRLIMIT = next((p for p in ("/usr/bin/prlimit", "/bin/prlimit") if os.access(p, os.X_OK)), None)
+LIMIT_NAMES = {resource.RLIMIT_CORE: "core", resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as",
+               resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_NPROC: "nproc"}
+
+
+def _resolve(program, env):
+    """The executable ``program`` names (searched on the request's PATH), or raise ``OSError``."""
+    dirs = [""] if "/" in program else env.get("PATH", "/usr/bin:/bin").split(":")
+    for d in dirs:
+        path = os.path.join(d, program)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError("no executable " + repr(program))
+
+
+def _spawn(argv, env, cwd, limits):
+    """Start ``argv`` in its own session with pipes and rlimits; returns (pid, stdin, stdout, stderr).
+
+    Where util-linux ``prlimit`` exists the limits are set by exec'ing through it with
+    ``posix_spawn`` (vfork-fast); otherwise a forked child sets them itself (slower, same effect).
+    """
+    path = _resolve(argv[0], env)
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        if PRLIMIT and cwd == os.getcwd():
+            options = [f"--{LIMIT_NAMES[which]}={value}" for which, value in limits]
+            actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+            pid = os.posix_spawn(PRLIMIT, ["prlimit", *options, "--", path, *argv[1:]], env, file_actions=actions,
+                                 setsid=True, setsigdef=(signal.SIGPIPE,))
+        else:
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                try:
+                    os.setsid()
+                    for fd, target in ((in_r, 0), (out_w, 1), (err_w, 2)):
+                        os.dup2(fd, target)
+                    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                    os.chdir(cwd)
+                    for which, value in limits:
+                        resource.setrlimit(which, (value, value))
+                    os.execve(path, [path, *argv[1:]], env)
+                finally:
+                    os._exit(127)
+    except BaseException:
+        for fd in (in_w, out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+    return pid, in_w, out_r, err_r
+
+
 def _classify(status, flags, cpu_s, cpu_limit, stderr):
     if flags.get("output"):
         return "output_limit"
@@ -120,144 +178,164 @@ def _classify(status, flags, cpu_s, cpu_limit, stderr):
             return "cpu_time"
         if sig == signal.SIGXFSZ:
             return "file_size"
-    if any(marker in stderr[-4096:] for marker in MEMORY_MARKERS):
+    tail = stderr[-4096:]
+    if any(marker in tail for marker in MEMORY_MARKERS):
         return "memory"
+    if b"File too large" in tail:  # Python ignores SIGXFSZ and raises EFBIG instead
+        return "file_size"
     if os.WIFSIGNALED(status):
-        return "signal:" + signal.Signals(os.WTERMSIG(status)).name
-    return None
+        return "signal:" + SIGNAL_NAMES.get(os.WTERMSIG(status), str(os.WTERMSIG(status)))
+    return ""
+
+
+def _result(code, wall, cpu, mem, truncated, killed_by, error, stdout, stderr):
+    return (bytes([RESULT_KIND]) + RESULT.pack(code, wall, cpu, mem, truncated)
+            + _blob(killed_by.encode()) + _blob(error.encode()) + _blob(stdout) + _blob(stderr))
 
 
 def op_run(req, workdir):
     timeout = float(req.get("timeout_s", 10.0))
     out_limit = int(req.get("output_limit", 1 << 24))
     cpu_limit = max(1, int(timeout + 0.999))
-    stdin = base64.b64decode(req.get("stdin", ""))
+    stdin = req.get("stdin") or b""
     env = req.get("env") or {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8"}
+    limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu_limit)]
+    for key, which, unit in (("memory_mb", resource.RLIMIT_AS, 1 << 20), ("file_mb", resource.RLIMIT_FSIZE, 1 << 20),
+                             ("nproc", resource.RLIMIT_NPROC, 1)):
+        if req.get(key):
+            limits.append((which, int(req[key]) * unit))
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            req["argv"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=_safe_path(workdir, req.get("cwd", ".")),
-            env=env,
-            start_new_session=True,
-            preexec_fn=_limiter(req.get("memory_mb"), cpu_limit, req.get("file_mb"), req.get("nproc")),
-        )
+        pid, in_w, out_r, err_r = _spawn(req["argv"], env, _safe_path(workdir, req.get("cwd", ".")), limits)
     except OSError as exc:
-        return {"exit_code": 127, "stdout": "", "stderr": base64.b64encode(str(exc).encode()).decode(),
-                "wall_s": 0.0, "cpu_s": 0.0, "peak_memory_mb": 0.0, "killed_by": None,
-                "error": "could not start %r: %s" % (req["argv"][0], exc)}
+        msg = f"could not start {req['argv'][0]!r}: {exc}"
+        return _result(127, 0.0, 0.0, 0.0, 0, "", msg, b"", msg.encode())
     flags = {}
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    outputs = {out_fd: bytearray(), err_fd: bytearray()}
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    sel.register(proc.stderr, selectors.EVENT_READ)
+    outputs = {out_r: bytearray(), err_r: bytearray()}
+    poller = select.poll()
+    poller.register(out_r, select.POLLIN)
+    poller.register(err_r, select.POLLIN)
+    try:  # wakes the loop the moment the process exits (Linux >= 5.3)
+        exit_fd = os.pidfd_open(pid)
+        poller.register(exit_fd, select.POLLIN)
+    except (AttributeError, OSError):
+        exit_fd = None
     if stdin:
-        os.set_blocking(proc.stdin.fileno(), False)
-        sel.register(proc.stdin, selectors.EVENT_WRITE)
+        os.set_blocking(in_w, False)
+        poller.register(in_w, select.POLLOUT)
     else:
-        proc.stdin.close()
+        os.close(in_w)
+        in_w = None
     view, status, usage = memoryview(stdin), None, None
     deadline = start + timeout
     open_streams = 2
     while status is None or open_streams:
         if status is None:
-            pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
+            done, st, ru = os.wait4(pid, os.WNOHANG)
+            if done:
                 status, usage = st, ru
-                sweep(proc.pid)  # background holders of our pipes die, so the reads below reach EOF
+                if exit_fd is not None:
+                    poller.unregister(exit_fd)
+                    os.close(exit_fd)
+                    exit_fd = None
+                sweep(pid)  # background holders of our pipes die, so the reads below reach EOF
                 continue
         now = time.monotonic()
         if status is None and now >= deadline:
             flags["timeout"] = True
-            _killpg(proc.pid)
-        wait = 0.05 if status is None else 0.2
-        for key, _ in sel.select(min(wait, max(0.0, deadline - now)) if status is None else wait):
-            fobj = key.fileobj
-            if fobj is proc.stdin:
+            _killpg(pid)
+        if status is None:
+            wait = min(50.0 if exit_fd is not None else 2.0, max(0.0, deadline - now) * 1000 + 1)
+        else:
+            wait = 200.0
+        for fd, _ in poller.poll(wait):
+            if fd == exit_fd:
+                continue
+            if fd == in_w:
                 try:
-                    written = os.write(fobj.fileno(), view[:CHUNK])
+                    written = os.write(fd, view[:CHUNK])
                 except BlockingIOError:
                     written = 0
                 except OSError:  # the program closed its stdin: drop the rest
                     written = len(view)
                 view = view[written:]
                 if not len(view):
-                    sel.unregister(fobj)
-                    fobj.close()
+                    poller.unregister(fd)
+                    os.close(fd)
+                    in_w = None
                 continue
-            chunk = os.read(fobj.fileno(), CHUNK)
+            chunk = os.read(fd, CHUNK)
             if not chunk:
-                sel.unregister(fobj)
+                poller.unregister(fd)
                 open_streams -= 1
                 continue
-            buf = outputs[fobj.fileno()]
+            buf = outputs[fd]
             buf += chunk
-            if len(buf) > out_limit and not flags.get("output"):
-                flags["output"] = True
+            if len(buf) > out_limit:
                 del buf[out_limit:]
-                _killpg(proc.pid)
-            elif len(buf) > out_limit:
-                del buf[out_limit:]
+                if not flags.get("output"):
+                    flags["output"] = True
+                    _killpg(pid)
         if status is not None and time.monotonic() > deadline + 2.0:
             break  # a stream still held open by something the sweep could not reach
-    sel.close()
-    for stream in (proc.stdin, proc.stdout, proc.stderr):
-        try:
-            stream.close()
-        except OSError:
-            pass
-    proc.returncode = 0  # reaped by us: keep Popen from waiting again
+    for fd in (in_w, out_r, err_r):
+        if fd is not None:
+            os.close(fd)
     wall = time.monotonic() - start
     cpu = usage.ru_utime + usage.ru_stime
-    stdout, stderr = bytes(outputs[out_fd]), bytes(outputs[err_fd])
-    if os.WIFEXITED(status):
-        code = os.WEXITSTATUS(status)
-    else:
-        code = -os.WTERMSIG(status)
-    return {
-        "exit_code": code,
-        "stdout": base64.b64encode(stdout).decode(),
-        "stderr": base64.b64encode(stderr).decode(),
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "peak_memory_mb": usage.ru_maxrss / 1024.0,
-        "killed_by": _classify(status, flags, cpu, cpu_limit, stderr),
-        "truncated": bool(flags.get("output")),
-    }
+    stdout, stderr = bytes(outputs[out_r]), bytes(outputs[err_r])
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    killed_by = _classify(status, flags, cpu, cpu_limit, stderr)
+    return _result(code, wall, cpu, usage.ru_maxrss / 1024.0, int(bool(flags.get("output"))), killed_by, "",
+                   stdout, stderr)
 
 
 OPS = {"write": op_write, "read": op_read, "run": op_run}
+
+
+def _read_exact(fd, n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def main():
     workdir = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.getcwd())
     os.makedirs(workdir, exist_ok=True)
     os.chdir(workdir)
-    proto_in = os.fdopen(os.dup(0), "rb")
-    proto_out = os.fdopen(os.dup(1), "wb")
+    proto_in, proto_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(null, fd)  # stray writes can never corrupt the protocol stream
-    for fd in (proto_in.fileno(), proto_out.fileno()):
-        os.set_inheritable(fd, False)
+    os.close(null)
     _nondumpable()
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    proto_out.write(b'{"ready": true, "pid": %d}\n' % os.getpid())
-    proto_out.flush()
-    for line in proto_in:
+    _write_all(proto_out, bytes([OK]) + _blob(b"ready"))
+    while True:
+        head = _read_exact(proto_in, HEAD.size)
+        if head is None:
+            break
+        body = _read_exact(proto_in, HEAD.unpack(head)[0])
+        if body is None:
+            break
         try:
-            req = json.loads(line)
+            req = marshal.loads(body)
             if req.get("op") == "exit":
                 break
-            resp = OPS[req["op"]](req, workdir)
+            answer = OPS[req["op"]](req, workdir)
         except Exception as exc:
-            resp = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
-        proto_out.write(json.dumps(resp).encode() + b"\n")
-        proto_out.flush()
+            answer = bytes([ERROR]) + _blob(f"{type(exc).__name__}: {exc}".encode())
+        _write_all(proto_out, answer)
 
 
 if __name__ == "__main__":

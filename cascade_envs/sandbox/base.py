@@ -8,9 +8,7 @@ results back, killing a sandbox that stops answering — is this module, once.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -23,10 +21,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..env import run_sync
-from .types import ExecResult, File, FileData, SandboxError, normalise_files
+from . import protocol
+from .results import ExecResult, File, FileData, SandboxError, normalise_files
 
 STREAM_LIMIT = 1 << 28
-"""Largest protocol line accepted from an agent (base64 of capped stdout + stderr)."""
+"""Largest byte string accepted from an agent (a file read back, or a capped output)."""
 START_TIMEOUT_S = 20.0
 GRACE_S = 5.0
 """How long past a command's own timeout the host waits for the agent before declaring it lost."""
@@ -56,6 +55,7 @@ class Launch:
     workdir: str
     env: dict[str, str] = field(default_factory=lambda: {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
     user: int | None = None
+    network: bool = False
     cleanup: list[str] = field(default_factory=list)
     """Host directories removed when the session closes."""
 
@@ -66,39 +66,52 @@ class Session:
     Commands run one at a time. Use ``async with await sandbox.asession() as s:``.
     """
 
-    def __init__(self, launch: Launch, backend: str, defaults: Mapping[str, Any]):
+    def __init__(self, launch: Launch, sandbox: Sandbox):
         self.launch = launch
-        self.backend = backend
+        self.sandbox = sandbox
+        self.backend = sandbox.name
         self.workdir = launch.workdir
-        self.defaults = dict(defaults)
+        self.defaults = dict(sandbox.defaults)
         self.proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.StreamReader
+        self._writer: Any = None
         self.lost: str | None = None
         self._lock = asyncio.Lock()
 
     async def start(self) -> Session:
+        """Start the agent and wait for its ready line; a failure raises ``SandboxError``."""
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.launch.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self.launch.env,
-                limit=STREAM_LIMIT,
-                start_new_session=True,
-                **({"user": self.launch.user, "group": self.launch.user, "extra_groups": []}
-                   if self.launch.user is not None else {}),
-            )
-            assert self.proc.stdout is not None
-            line = await asyncio.wait_for(self.proc.stdout.readline(), START_TIMEOUT_S)
-            if not line.startswith(b'{"ready"'):
+            await self._open()
+            try:
+                ready = await asyncio.wait_for(protocol.read_answer(self._reader, 64), START_TIMEOUT_S)
+            except (asyncio.IncompleteReadError, SandboxError):
+                ready = None
+            if ready != b"ready":
                 raise SandboxError(f"{self.backend} sandbox did not start: {await self._stderr_tail()}")
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             await self.aclose()
-            raise SandboxError(f"{self.backend} sandbox did not start: {type(exc).__name__}: {exc}") from exc
+            why = f"no answer within {START_TIMEOUT_S:g}s" if isinstance(exc, TimeoutError) else f"{exc}"
+            raise SandboxError(f"{self.backend} sandbox did not start: {why}") from exc
         except BaseException:
             await self.aclose()
             raise
         return self
+
+    async def _open(self) -> None:
+        """Start the agent process; set ``_reader`` (its stdout) and ``_writer`` (its stdin)."""
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.launch.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.launch.env,
+            limit=STREAM_LIMIT,
+            start_new_session=True,
+            **({"user": self.launch.user, "group": self.launch.user, "extra_groups": []}
+               if self.launch.user is not None else {}),
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self._reader, self._writer = self.proc.stdout, self.proc.stdin
 
     async def _stderr_tail(self) -> str:
         if self.proc is None or self.proc.stderr is None:
@@ -109,21 +122,29 @@ class Session:
             return data[-2000:].decode("utf-8", errors="replace").strip() or "(no error output)"
         return "(no error output)"
 
-    async def _call(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    async def _call(self, request: dict[str, Any], timeout_s: float) -> bytes | ExecResult:
+        """Send one request and wait for its answer; a sandbox that fails to answer is killed."""
         if self.lost:
             raise SandboxError(f"sandbox already lost: {self.lost}")
-        if self.proc is None:
+        if self._writer is None:
             raise SandboxError("session not started")
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        limit = int(request.get("output_limit", 0)) or STREAM_LIMIT
         try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            await self.proc.stdin.drain()
-            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
-            if not line:
-                raise SandboxError("the sandbox agent exited")
-            return json.loads(line)
-        except (OSError, asyncio.TimeoutError, ValueError, SandboxError) as exc:
-            what = "did not answer in time" if isinstance(exc, asyncio.TimeoutError) else str(exc) or type(exc).__name__
+            self._writer.write(protocol.encode(request))
+            await self._writer.drain()
+            return await asyncio.wait_for(protocol.read_answer(self._reader, limit), timeout_s)
+        except asyncio.CancelledError:
+            self.lost = f"{self.backend} sandbox abandoned: the caller was cancelled"
+            self._kill()
+            raise
+        except SandboxError as exc:
+            if str(exc).startswith("agent error:"):
+                raise  # the agent answered: the session is still fine
+            self.lost = f"{self.backend} sandbox lost: {exc}"
+            self._kill()
+            raise SandboxError(self.lost) from exc
+        except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError) as exc:
+            what = "did not answer in time" if isinstance(exc, TimeoutError) else "the agent exited"
             self.lost = f"{self.backend} sandbox lost: {what}"
             self._kill()
             raise SandboxError(self.lost) from exc
@@ -146,53 +167,40 @@ class Session:
         request = {
             "op": "run",
             "argv": [str(a) for a in argv],
-            "stdin": base64.b64encode(stdin).decode(),
+            "stdin": bytes(stdin),
             "timeout_s": timeout,
             "memory_mb": int(memory_mb if memory_mb is not None else self.defaults["memory_mb"]),
             "output_limit": int((output_limit_mb or self.defaults["output_limit_mb"]) * (1 << 20)),
-            "file_mb": self.defaults["file_mb"],
-            "nproc": self.defaults["nproc"],
+            "file_mb": int(self.defaults["file_mb"]),
+            "nproc": int(self.defaults["nproc"]),
             "cwd": cwd,
         }
         if env is not None:
-            request["env"] = dict(env)
+            request["env"] = {str(k): str(v) for k, v in env.items()}
         start = time.monotonic()
         async with self._lock:
             try:
-                resp = await self._call(request, timeout + GRACE_S)
+                result = await self._call(request, timeout + GRACE_S)
             except SandboxError as exc:
                 return ExecResult.lost(str(exc), time.monotonic() - start)
-        if "exit_code" not in resp:
-            return ExecResult.lost(f"{self.backend} agent error: {resp.get('error')}", time.monotonic() - start)
-        return ExecResult(
-            exit_code=resp["exit_code"],
-            stdout=base64.b64decode(resp["stdout"]),
-            stderr=base64.b64decode(resp["stderr"]),
-            wall_s=resp["wall_s"],
-            cpu_s=resp["cpu_s"],
-            peak_memory_mb=resp["peak_memory_mb"],
-            killed_by=resp["killed_by"],
-            truncated=resp.get("truncated", False),
-            error=resp.get("error"),
-        )
+        if not isinstance(result, ExecResult):
+            return ExecResult.lost(f"{self.backend} agent gave no result", time.monotonic() - start)
+        return result
 
     async def awrite(self, files: Mapping[str, FileData | File]) -> None:
         """Write files (relative paths) into the work dir."""
-        payload = {p: [base64.b64encode(f.data).decode(), f.mode] for p, f in normalise_files(files).items()}
-        if not payload:
-            return
-        async with self._lock:
-            resp = await self._call({"op": "write", "files": payload}, 60.0)
-        if not resp.get("ok"):
-            raise SandboxError(f"writing files failed: {resp.get('error')}")
+        payload = {p: (f.data, f.mode) for p, f in normalise_files(files).items()}
+        if payload:
+            async with self._lock:
+                await self._call({"op": "write", "files": payload}, 60.0)
 
     async def aread(self, path: str, limit_mb: float = 64) -> bytes:
         """Read a file back from the work dir (e.g. a compiled binary to cache)."""
         async with self._lock:
-            resp = await self._call({"op": "read", "path": path, "limit": int(limit_mb * (1 << 20))}, 60.0)
-        if not resp.get("ok"):
-            raise SandboxError(f"reading {path!r} failed: {resp.get('error')}")
-        return base64.b64decode(resp["data"])
+            data = await self._call({"op": "read", "path": path, "limit": int(limit_mb * (1 << 20))}, 60.0)
+        if not isinstance(data, bytes):
+            raise SandboxError(f"reading {path!r}: unexpected answer")
+        return data
 
     def _kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -201,11 +209,18 @@ class Session:
 
     async def aclose(self) -> None:
         """Stop the sandbox (killing anything still running in it) and remove its host files."""
+        self._writer = None
+        await self._terminate()
+        for path in self.launch.cleanup:
+            await asyncio.to_thread(shutil.rmtree, path, True)
+        self.lost = self.lost or "session closed"
+
+    async def _terminate(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
             if proc.returncode is None and proc.stdin is not None and not self.lost:
                 with contextlib.suppress(Exception):
-                    proc.stdin.write(b'{"op": "exit"}\n')
+                    proc.stdin.write(protocol.encode({"op": "exit"}))
                     await asyncio.wait_for(proc.wait(), 1.0)
             if proc.returncode is None:
                 with contextlib.suppress(OSError):
@@ -214,9 +229,6 @@ class Session:
                     await asyncio.wait_for(proc.wait(), 5.0)
             if proc.stdin is not None:
                 proc.stdin.close()
-        for path in self.launch.cleanup:
-            await asyncio.to_thread(shutil.rmtree, path, True)
-        self.lost = self.lost or "session closed"
 
     async def __aenter__(self) -> Session:
         return self
@@ -280,9 +292,11 @@ class Sandbox(ABC):
     def _launch(self, network: bool) -> Launch:
         """How to start the agent for one session."""
 
+    session_class: ClassVar[type[Session]] = Session
+
     async def asession(self, *, network: bool = False, files: Mapping[str, FileData | File] | None = None) -> Session:
         """Start a long-lived sandbox; ``files`` are written into its work dir."""
-        session = await Session(self._launch(network), self.name, self.defaults).start()
+        session = await self.session_class(self._launch(network), self).start()
         if files:
             try:
                 await session.awrite(files)

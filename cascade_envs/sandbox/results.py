@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import CascadeError
@@ -46,7 +46,6 @@ class ExecResult:
     killed_by: str | None = None
     truncated: bool = False
     error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,80 @@
+"""``cascade/Code-v0``: competitive programming with a strict binary reward.
+
+The answer's last fenced code block (Python 3, or C++ compiled with ``g++ -O2 -std=c++17``) must
+pass every test of the task — stdin/stdout, function-call (LeetCode-style) or checker-judged — to
+earn 1. It reads the public code RL rows unchanged (NeMo Gym ``code_gen`` layout, see ``task.py``).
+Tests run in a sandbox here, on a verification service when ``verifier_url`` is given
+(``cascade-envs serve-sandbox``), or on Ray actors when ``ray_actors`` is given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...core import Reward, Task
+from ...data import prompt_messages
+from ...env import Env
+from ...sandbox import Sandbox
+from .judge import Judge, JudgeConfig
+from .task import parse_code_task
+
+
+class CodeEnv(Env):
+    """Code generation graded by execution.
+
+    ``sandbox``: a backend name or instance (default: ``bwrap`` where it works, else ``local``);
+    ``verifier_url``: score on remote verification services instead (``cascade-envs serve-sandbox``; a
+    list or comma-separated URLs spreads the load, least-busy first);
+    ``ray_actors``: score on a pool of Ray actors (0: one per CPU of the Ray cluster); ``time_limit_s`` (CPU
+    seconds), ``memory_mb`` (per test), ``total_time_s`` (per response) and ``stop_at_first_failure``
+    set the judge's defaults, which a task's own limits override; ``max_concurrency`` bounds the
+    responses judged at once here (default: one per core).
+    """
+
+    default_tasks = "bundled:code/samples.jsonl"
+
+    def __init__(
+        self,
+        tasks: Any = None,
+        *,
+        sandbox: str | Sandbox | None = None,
+        verifier_url: str | list[str] | None = None,
+        verifier_timeout_s: float = 600.0,
+        ray_actors: int | None = None,
+        time_limit_s: float = 5.0,
+        memory_mb: int = 1024,
+        total_time_s: float = 120.0,
+        stop_at_first_failure: bool = True,
+        max_concurrency: int = 0,
+        **kwargs: Any,
+    ):
+        super().__init__(tasks, **kwargs)
+        config = JudgeConfig(time_limit_s=time_limit_s, memory_mb=memory_mb, total_time_s=total_time_s,
+                             stop_at_first_failure=stop_at_first_failure, max_concurrency=max_concurrency)
+        self.judge = Judge(sandbox, config)
+        self.client: Any = None
+        if verifier_url and ray_actors is not None:
+            raise ValueError("pass verifier_url= (HTTP service) or ray_actors= (Ray actors), not both")
+        if verifier_url:
+            from .client import VerifierClient
+
+            self.client = VerifierClient(verifier_url, timeout_s=verifier_timeout_s, config=config)
+        elif ray_actors is not None:
+            from .ray_verifier import RayVerifier
+
+            self.client = RayVerifier(ray_actors, sandbox=sandbox if isinstance(sandbox, str) else None,
+                                      config=config)
+
+    def load_task(self, row: dict[str, Any]) -> Task:
+        prompt_messages(row)
+        parse_code_task(row)
+        return row
+
+    async def ascore(self, task: Task, answer: str) -> Reward:
+        if self.client is not None:
+            return await self.client.verify(task, answer)
+        return await self.judge.ascore(parse_code_task(task), answer)
+
+    async def aclose(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()

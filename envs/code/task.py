@@ -1,0 +1,128 @@
+"""Reading code tasks from rows in the public code RL layout (NeMo Gym ``code_gen``).
+
+A row carries ``verifier_metadata.unit_tests = {"inputs": [...], "outputs": [...], "fn_name": ...}``
+(optionally ``{"packed": base64(zlib(json))}``). Without ``fn_name`` each test is a stdin/stdout
+pair; with it, a LeetCode-style function call: each input holds one JSON value per line (the
+arguments) and each output one JSON value (the return value); a ``class Solution`` is instantiated
+and its method called. Optional extras, all under ``verifier_metadata``:
+
+- ``checker``: ``{"language": "python" | "cpp", "source": ...}``, a checker program called as
+  ``checker <input> <output> <answer>`` with testlib exit codes (0 accepted, 1 wrong answer,
+  2 presentation error, 3 checker failure, 7 partial);
+- ``time_limit_s`` / ``memory_mb`` per test, ``total_time_s`` per response;
+- ``float_tolerance`` (absolute or relative) for numeric comparison;
+- ``languages``: the languages accepted (default: Python and C++).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from ...core import TaskError
+
+SUPPORTED_LANGUAGES = ("python", "cpp")
+CHECKER_EXIT = {0: "accepted", 1: "wrong answer", 2: "presentation error", 3: "checker failure", 7: "partial"}
+
+
+@dataclass(frozen=True)
+class Checker:
+    language: str
+    source: str
+
+
+@dataclass(frozen=True)
+class CodeTask:
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    fn_name: str | None = None
+    checker: Checker | None = None
+    time_limit_s: float | None = None
+    memory_mb: int | None = None
+    total_time_s: float | None = None
+    float_tolerance: float | None = None
+    languages: tuple[str, ...] = SUPPORTED_LANGUAGES
+
+    @property
+    def n_tests(self) -> int:
+        return len(self.inputs)
+
+
+def _unit_tests(meta: dict[str, Any]) -> dict[str, Any]:
+    tests = meta.get("unit_tests")
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError as exc:
+            raise TaskError(f"not valid JSON: {exc}", "verifier_metadata.unit_tests") from exc
+    if not isinstance(tests, dict):
+        raise TaskError("expected an object with 'inputs' and 'outputs'", "verifier_metadata.unit_tests")
+    if "packed" in tests:
+        try:
+            unpacked = json.loads(zlib.decompress(base64.b64decode(tests["packed"])))
+        except Exception as exc:
+            raise TaskError(f"cannot unpack: {exc}", "verifier_metadata.unit_tests.packed") from exc
+        tests = {**unpacked, "fn_name": tests.get("fn_name", unpacked.get("fn_name"))}
+    return tests
+
+
+def _number(meta: dict[str, Any], name: str, kind: type = float) -> Any:
+    value = meta.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise TaskError("expected a positive number", f"verifier_metadata.{name}")
+    return kind(value)
+
+
+def parse_code_task(row: dict[str, Any]) -> CodeTask:
+    """Validate the test data of a row; raise ``TaskError`` naming the bad field."""
+    meta = row.get("verifier_metadata")
+    if not isinstance(meta, dict):
+        raise TaskError("missing or not an object", "verifier_metadata")
+    tests = _unit_tests(meta)
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
+    for name, value in (("inputs", inputs), ("outputs", outputs)):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TaskError("expected a list of strings", f"verifier_metadata.unit_tests.{name}")
+    assert isinstance(inputs, list) and isinstance(outputs, list)
+    if len(inputs) != len(outputs):
+        raise TaskError(f"{len(inputs)} inputs but {len(outputs)} outputs", "verifier_metadata.unit_tests")
+    fn_name = tests.get("fn_name") or None
+    if fn_name is not None and (not isinstance(fn_name, str) or not fn_name.isidentifier()):
+        raise TaskError("expected a Python identifier", "verifier_metadata.unit_tests.fn_name")
+    if fn_name:
+        for i, (inp, out) in enumerate(zip(inputs, outputs, strict=True)):
+            try:
+                [json.loads(line) for line in inp.split("\n")]
+                json.loads(out)
+            except json.JSONDecodeError as exc:
+                raise TaskError(f"test {i}: function-call tests need JSON values: {exc}",
+                                "verifier_metadata.unit_tests") from exc
+    checker = meta.get("checker")
+    if checker is not None:
+        if not (isinstance(checker, dict) and checker.get("language") in SUPPORTED_LANGUAGES
+                and isinstance(checker.get("source"), str) and checker["source"].strip()):
+            raise TaskError("expected {'language': 'python'|'cpp', 'source': str}", "verifier_metadata.checker")
+        checker = Checker(checker["language"], checker["source"])
+    languages = meta.get("languages", SUPPORTED_LANGUAGES)
+    if isinstance(languages, str):
+        languages = [languages]
+    if not isinstance(languages, (list, tuple)) or not languages or not set(languages) <= set(SUPPORTED_LANGUAGES):
+        raise TaskError(f"expected a list drawn from {list(SUPPORTED_LANGUAGES)}", "verifier_metadata.languages")
+    if fn_name and "python" not in languages:
+        raise TaskError("function-call tests run Python solutions only", "verifier_metadata.languages")
+    return CodeTask(
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        fn_name=fn_name,
+        checker=checker,
+        time_limit_s=_number(meta, "time_limit_s"),
+        memory_mb=_number(meta, "memory_mb", int),
+        total_time_s=_number(meta, "total_time_s"),
+        float_tolerance=_number(meta, "float_tolerance"),
+        languages=tuple(("python",) if fn_name else languages),
+    )

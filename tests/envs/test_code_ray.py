@@ -1,0 +1,68 @@
+"""The Ray transport of the code verifier, on a local Ray instance (2 CPUs, private temp dirs)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from cascade_envs.envs.code.env import CodeEnv
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cascade-envs[ray]')")
+
+TASK = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}}}
+GOOD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+BAD = "```python\nprint(3)\n```"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    root = Path(tempfile.mkdtemp(prefix="cr-"))  # short: Ray's socket paths must stay under 108 bytes
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAY_TMPDIR", str(root))
+    mp.setenv("HOME", str(root))
+    mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(root / "t"))
+    yield ray
+    ray.shutdown()
+    mp.undo()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_scores_through_ray_actors_like_locally(local_ray):
+    remote = CodeEnv(tasks=[TASK], ray_actors=2, time_limit_s=2)
+    local = CodeEnv(tasks=[TASK], time_limit_s=2)
+    assert len(remote.client.actors) == 2
+
+    async def go(env, answers):
+        return await asyncio.gather(*(env.areward(TASK, a) for a in answers))
+
+    answers = [GOOD, BAD, "no code", GOOD, BAD, GOOD]
+    got, want = asyncio.run(go(remote, answers)), asyncio.run(go(local, answers))
+    assert [(r.value, r.reason, r.masked) for r in got] == [(r.value, r.reason, r.masked) for r in want]
+    remote.close()
+
+
+@pytest.mark.slow
+def test_a_dead_actor_gives_a_masked_reward_then_recovers(local_ray):
+    env = CodeEnv(tasks=[TASK], ray_actors=1, time_limit_s=2)
+    actor = env.client.actors[0]
+    assert asyncio.run(env.areward(TASK, GOOD)).value == 1
+    ray.kill(actor, no_restart=False)
+    reward = asyncio.run(env.areward(TASK, GOOD))
+    assert reward.masked and "Ray verifier actor failed" in reward.error
+    for _ in range(60):  # Ray restarts the actor
+        reward = asyncio.run(env.areward(TASK, GOOD))
+        if not reward.masked:
+            break
+    assert reward.value == 1
+    env.close()
+
+
+def test_choosing_both_transports_is_an_error():
+    with pytest.raises(ValueError, match="not both"):
+        CodeEnv(tasks=[TASK], verifier_url="http://x", ray_actors=1)
