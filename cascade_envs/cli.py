@@ -65,9 +65,10 @@ def cmd_list(args: argparse.Namespace) -> int:
                            "distribution": s.distribution, "version": s.version} for k, s in rows], indent=2))
         return 0
     width = max([len(s.id) for _, s in rows] + [10])
-    print(f"{'id':<{width}}  {'kind':<11}  distribution")
+    plugin_width = max([len(s.plugin) for _, s in rows] + [6])
+    print(f"{'id':<{width}}  {'kind':<11}  {'plugin':<{plugin_width}}  distribution")
     for kind, s in rows:
-        print(f"{s.id:<{width}}  {kind:<11}  {s.distribution} {s.version}".rstrip())
+        print(f"{s.id:<{width}}  {kind:<11}  {s.plugin:<{plugin_width}}  {s.distribution} {s.version}".rstrip())
     for failure in failures():
         print(f"BROKEN: {failure}")
     return 0
