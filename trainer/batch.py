@@ -15,6 +15,7 @@ One call of ``BatchBuilder.build`` produces the training batch of one GRPO step:
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,8 @@ class RolloutBatch:
     generation_s: float = 0.0
     rollout_s: float = 0.0
     generated_tokens: int = 0
+    mask_reasons: Counter[str] = field(default_factory=Counter)
+    """Why samples were left out of the loss (first 120 characters of each reason)."""
 
     @property
     def empty(self) -> bool:
@@ -151,8 +154,10 @@ class BatchBuilder:
 
         from .losses import group_advantages
 
-        valid = [episode_problem(e) is None for e in group.episodes]
+        problems = [episode_problem(e) for e in group.episodes]
+        valid = [p is None for p in problems]
         batch.samples_masked += valid.count(False)
+        batch.mask_reasons.update(f"{group.env_id}: {p[:120]}" for p in problems if p is not None)
         rewards = [e.reward.value for e in group.episodes]
         kept = [r for r, ok in zip(rewards, valid, strict=True) if ok]
         if len(kept) < 2 and self.dynamic_filtering:

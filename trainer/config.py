@@ -27,7 +27,13 @@ class ModelConfig:
     path: str = "embedded"
     """A local Hugging Face model folder, or ``embedded`` (SmolLM2-135M-Instruct shipped with the package)."""
     dtype: str = "auto"
-    """``auto`` (bfloat16 on GPU, float32 on CPU), ``float32``, ``bfloat16`` or ``float16``."""
+    """Dtype of the trained weights: ``auto`` (float32 master weights), ``float32``, ``bfloat16``, ``float16``.
+
+    Pure bf16 weights save memory but lose small updates (an lr of 3e-6 is below bf16 resolution),
+    so the default keeps float32 weights and computes in bf16 through ``mixed_precision``."""
+    mixed_precision: str = "auto"
+    """Autocast dtype of the training forward pass: ``auto`` (bfloat16 on GPU, off on CPU), ``bfloat16``,
+    ``float16`` or ``no``."""
     device: str = "auto"
     gradient_checkpointing: str | bool = "auto"
     """``auto``: on for GPU, off for CPU."""
@@ -294,6 +300,10 @@ def validate(config: Config) -> None:
         raise ConfigError(f"optim.kl_coef must be >= 0, got {o.kl_coef}")
     if len(o.betas) != 2:
         raise ConfigError("optim.betas must be two numbers")
+    if config.model.gradient_checkpointing not in ("auto", True, False):
+        raise ConfigError("model.gradient_checkpointing must be auto, true or false")
+    if config.model.mixed_precision not in ("auto", "bfloat16", "float16", "no"):
+        raise ConfigError(f"model.mixed_precision must be auto, bfloat16, float16 or no, got {config.model.mixed_precision!r}")
     if r.engine not in ("hf", "vllm"):
         raise ConfigError(f"rollout.engine must be 'hf' or 'vllm', got {r.engine!r}")
     if r.group_size < 2:

@@ -1,0 +1,114 @@
+"""A tiny word-level tokenizer + randomly initialised Llama, and a simple verifiable env, for trainer tests.
+
+The model is small enough that a GRPO run of a few dozen steps takes seconds on two CPU cores,
+and the env's reward is easy to verify by hand: the fraction of the answer's words that are "yes".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cascade_envs import Env, Reward, TaskError
+
+WORDS = ["yes", "no", "maybe", "cat", "dog", "red", "blue", "one", "two", "say", "the", "word"]
+SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>"]
+ROLES = ["system", "user", "assistant"]
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
+)
+PROMPTS = ["say the word yes", "say yes", "one word yes", "the word yes", "say yes yes", "yes say"]
+
+
+def tiny_tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIAL + ROLES + WORDS + ["<unk>"])}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>", unk_token="<unk>"
+    )
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+def tiny_model(vocab_size: int, seed: int = 0, hidden: int = 32) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def save_tiny(folder: Path, seed: int = 0) -> Path:
+    """A tiny model + tokenizer saved as a Hugging Face folder (what ``model.path`` points at)."""
+    tok = tiny_tokenizer()
+    model = tiny_model(len(tok), seed=seed)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+class SayYesEnv(Env):
+    """Reward: the fraction of the answer's words that are "yes" (0 for an empty answer)."""
+
+    thinking = False
+
+    def load_task(self, row: dict[str, Any]) -> dict[str, Any]:
+        row = super().load_task(row)
+        if not isinstance(row.get("prompt"), str):
+            raise TaskError("expected a string", "prompt")
+        return row
+
+    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+        words = answer.split()
+        if not words:
+            return Reward.zero("empty answer")
+        return Reward(sum(w == "yes" for w in words) / len(words))
+
+
+class ConstantEnv(SayYesEnv):
+    """Every answer scores 0 (cut ones too): every group is filtered out."""
+
+    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+        return Reward.zero("this env never rewards")
+
+
+def say_yes_tasks() -> list[dict[str, Any]]:
+    return [{"id": f"p{i}", "prompt": p} for i, p in enumerate(PROMPTS)]
+
+
+class HalfBrokenEnv(SayYesEnv):
+    """The verifier fails on answers with an odd number of words (masked samples); others score as SayYes."""
+
+    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+        if len(answer.split()) % 2:
+            raise RuntimeError("verifier crashed")
+        return await super().ascore(task, answer)
+
+
+def register_toys() -> None:
+    import cascade_envs
+
+    cascade_envs.register("test/SayYes-v0", SayYesEnv, tasks=say_yes_tasks())
+    cascade_envs.register("test/Constant-v0", ConstantEnv, tasks=say_yes_tasks())
+    cascade_envs.register("test/HalfBroken-v0", HalfBrokenEnv, tasks=say_yes_tasks())

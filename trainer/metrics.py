@@ -1,0 +1,159 @@
+"""Step metrics: computed from a rollout batch, written as JSONL and TensorBoard, plotted at the end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .batch import RolloutBatch, episode_problem
+
+
+def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
+    """Rewards per env, filtering, truncation and response-length metrics of every episode played."""
+    metrics: dict[str, Any] = {}
+    per_env: dict[str, list[float]] = defaultdict(list)
+    lengths: list[int] = []
+    truncated = episodes = 0
+    for group in batch.played:
+        for episode in group.episodes:
+            episodes += 1
+            truncated += int(any(c.finish_reason == "length" for c in episode.completions) or episode.truncated)
+            lengths += [len(c.token_ids or ()) for c in episode.completions]
+            if episode_problem(episode) is None:
+                per_env[group.env_id].append(episode.reward.value)
+    scored = [r for values in per_env.values() for r in values]
+    metrics["reward/mean"] = _mean(scored)
+    for env_id, values in sorted(per_env.items()):
+        metrics[f"reward/{env_id}"] = _mean(values)
+    metrics["batch/groups_played"] = float(len(batch.played))
+    metrics["batch/groups_kept"] = float(len(batch.groups))
+    metrics["batch/groups_filtered"] = float(batch.groups_filtered)
+    metrics["batch/filtered_fraction"] = batch.filtered_fraction
+    metrics["batch/groups_masked"] = float(batch.groups_masked)
+    metrics["batch/samples_masked"] = float(batch.samples_masked)
+    metrics["batch/rounds"] = float(batch.rounds)
+    if batch.mask_reasons:
+        metrics["batch/mask_reasons"] = dict(batch.mask_reasons.most_common(3))
+    metrics["batch/sequences"] = float(len(batch.sequences))
+    metrics["rollout/truncation_rate"] = truncated / max(episodes, 1)
+    metrics["rollout/response_length"] = _mean(lengths)
+    metrics["rollout/response_length_max"] = float(max(lengths, default=0))
+    metrics["time/generation_s"] = batch.generation_s
+    metrics["time/scoring_s"] = max(batch.rollout_s - batch.generation_s, 0.0)
+    metrics["throughput/generated_tokens"] = float(batch.generated_tokens)
+    metrics["throughput/generation_tokens_per_s"] = batch.generated_tokens / max(batch.generation_s, 1e-9)
+    return metrics
+
+
+def _mean(values: list[float] | list[int]) -> float:
+    return float(sum(values) / len(values)) if values else float("nan")
+
+
+class MetricsLogger:
+    """Appends one JSON line per step to ``metrics.jsonl``; mirrors scalars to TensorBoard if installed."""
+
+    def __init__(self, output_dir: str | Path, tensorboard: bool = True):
+        self.dir = Path(output_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "metrics.jsonl"
+        self._writer: Any = None
+        if tensorboard and importlib.util.find_spec("tensorboard") is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.dir / "tensorboard"))
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, forget lines logged after the checkpoint's step (they will be redone)."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        kept = [line for line in kept if json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._writer is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+
+    def history(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def reward_table(history: list[dict[str, Any]], window: int | None = None) -> str:
+    """Per-env mean rollout reward over the first and the last ``window`` logged steps.
+
+    Skipped steps count too: their rollouts were scored, only the optimizer step was skipped.
+    """
+    steps = history
+    if window is None:  # up to 3 steps at each end, never overlapping
+        window = min(3, max(1, len(steps) // 2))
+    keys = sorted({k for h in steps for k in h if k.startswith("reward/") and k != "reward/mean"})
+    keys.append("reward/mean")
+    header = f"{'env':<40} {'first':>7} {'last':>7} {'change':>7}"
+    lines = [header, "-" * len(header)]
+    for key in keys:
+        first = _mean([h[key] for h in steps[:window] if h.get(key) is not None])
+        last = _mean([h[key] for h in steps[-window:] if h.get(key) is not None])
+        name = "all" if key == "reward/mean" else key.removeprefix("reward/")
+        lines.append(f"{name:<40} {_fmt(first):>7} {_fmt(last):>7} {_fmt(last - first, sign=True):>7}")
+    return "\n".join(lines)
+
+
+def _fmt(value: float, sign: bool = False) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{value:+.3f}" if sign else f"{value:.3f}"
+
+
+def plot_rewards(history: list[dict[str, Any]], path: str | Path) -> Path | None:
+    """Write a reward-curve PNG (one line per env plus the mean); ``None`` without matplotlib."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    steps = history
+    keys = sorted({k for h in steps for k in h if k.startswith("reward/")})
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in keys:
+        points = [(h["step"], h[key]) for h in steps if h.get(key) is not None]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", linewidth=2.5 if key == "reward/mean" else 1.2,
+                    label="mean" if key == "reward/mean" else key.removeprefix("reward/"))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title("GRPO reward per env")
+    ax.grid(alpha=0.3)
+    if keys:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
