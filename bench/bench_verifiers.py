@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jsonschema
+
 from cascade_envs.envs.math.env import MathEnv
 from cascade_envs.envs.math.verify import ANSWER_TARGETS, GOLD_TARGETS, strip_delimiters
 from cascade_envs.envs.mcqa.env import MCQAEnv

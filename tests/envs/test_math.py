@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from cascade_envs.envs.math.env import MathEnv
-from cascade_envs.envs.math.pool import CallFailed, CallTimeout, WorkerDied, WorkerPool
-from cascade_envs.envs.math.verify import strip_delimiters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cascade_envs import TaskError, make
 from cascade_envs.env import run_sync
+from cascade_envs.envs.math.env import MathEnv
+from cascade_envs.envs.math.pool import CallFailed, CallTimeout, WorkerDied, WorkerPool
+from cascade_envs.envs.math.verify import strip_delimiters
 
 
 def score(text, gold: str = "4", env: MathEnv | None = None, **task):

@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
-from cascade_envs.envs.mcqa.env import MCQAEnv
-from cascade_envs.envs.mcqa.grading import last_boxed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cascade_envs import TaskError, make
 from cascade_envs.env import run_sync
+from cascade_envs.envs.mcqa.env import MCQAEnv
+from cascade_envs.envs.mcqa.grading import last_boxed
 
 OPTIONS = [{"A": "Karyotyping"}, {"B": "Polymerase Chain Reaction (PCR)"}, {"C": "Southern blotting"},
            {"D": "Chromosome painting"}]

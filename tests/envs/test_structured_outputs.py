@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-from cascade_envs.envs.structured_outputs.env import StructuredOutputEnv
-from cascade_envs.envs.structured_outputs.schema import strictify
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cascade_envs import TaskError, make
 from cascade_envs.env import run_sync
+from cascade_envs.envs.structured_outputs.env import StructuredOutputEnv
+from cascade_envs.envs.structured_outputs.schema import strictify
 
 PERSON = {"type": "object", "properties": {
     "name": {"type": "string"},

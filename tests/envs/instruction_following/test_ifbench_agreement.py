@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from cascade_envs.envs.instruction_following.env import response_variants
 from cascade_envs.envs.instruction_following.ifbench import IFBENCH_IDS
 from cascade_envs.envs.instruction_following.registry import get_instruction, validate_kwargs

@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
+
 from cascade_envs.envs.instruction_following.ifbench import IFBENCH_IDS
 from cascade_envs.envs.instruction_following.ifbench_custom import EUROPEAN_CAPITALS_NORTH_OF_45
 from cascade_envs.envs.instruction_following.registry import get_instruction, validate_kwargs

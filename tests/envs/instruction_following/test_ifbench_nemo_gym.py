@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from cascade_envs.envs.instruction_following.env import InstructionFollowingEnv
 from cascade_envs.envs.instruction_following.ifbench import IFBENCH_IDS
 from cascade_envs.envs.instruction_following.registry import get_instruction, validate_kwargs

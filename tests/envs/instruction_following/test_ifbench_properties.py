@@ -7,15 +7,15 @@ import sys
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cascade_envs.core import TaskError
 from cascade_envs.envs.instruction_following.env import InstructionFollowingEnv
 from cascade_envs.envs.instruction_following.ifbench import IFBENCH_IDS
 from cascade_envs.envs.instruction_following.ifbench_text import require
 from cascade_envs.envs.instruction_following.registry import get_instruction, validate_kwargs
 from cascade_envs.envs.instruction_following.text import ResourceUnavailable
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from cascade_envs.core import TaskError
 
 SAMPLE_KWARGS = {
     "count:conjunctions": {"small_n": 3},
