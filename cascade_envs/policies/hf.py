@@ -212,17 +212,22 @@ class HFPolicy:
             raise PolicyError("this HFPolicy was closed")
         request = self._requests(self.encode_prompt(messages, thinking), sampling, 1)[0]
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._worker is None or self._worker.done():
+        if self._loop is not loop or self._queue is None:
             self._loop, self._queue = loop, asyncio.Queue()
-            self._worker = loop.create_task(self._serve(self._queue))
         future: asyncio.Future[Completion] = loop.create_future()
-        self._queue.put_nowait((request, future))  # type: ignore[union-attr]
+        self._queue.put_nowait((request, future))
+        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+            self._worker = loop.create_task(self._serve(self._queue))
         return await future
 
     async def _serve(self, queue: asyncio.Queue) -> None:
-        """Take whatever is queued (up to max_batch_size), generate it off-loop, repeat."""
-        while True:
-            batch = [await queue.get()]
+        """Take whatever is queued (up to max_batch_size), generate it off-loop, repeat until idle.
+
+        The task ends when the queue is empty (the next ``agenerate`` starts a new one), so no
+        batching task outlives its requests or its event loop.
+        """
+        while not queue.empty():
+            batch = [queue.get_nowait()]
             await asyncio.sleep(0)  # let callers scheduled in the same tick enqueue too
             while len(batch) < self.max_batch_size and not queue.empty():
                 batch.append(queue.get_nowait())
