@@ -31,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
+from cascade_envs.shared import shared
+
 STARTUP_TIMEOUT_S = 120
 _BOOT = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from {module} import serve; serve()"
 
@@ -182,14 +184,7 @@ class WorkerPool:
             worker.stop()
 
 
-_shared: dict[tuple[Any, ...], WorkerPool] = {}
-_shared_lock = threading.Lock()
-
-
 def shared_pool(fn: Callable[..., Any], workers: int, timeout_s: float, memory_mb: int | None) -> WorkerPool:
     """One pool per (function, size, timeout, memory cap) in the process, so envs share workers."""
     key = (fn, workers, timeout_s, memory_mb)
-    with _shared_lock:
-        if key not in _shared:
-            _shared[key] = WorkerPool(fn, workers, timeout_s, memory_mb)
-        return _shared[key]
+    return shared("math.worker_pool", key, lambda: WorkerPool(fn, workers, timeout_s, memory_mb))

@@ -280,3 +280,13 @@ def test_a_dead_sandbox_gives_a_masked_reward():
     env = CodeEnv(tasks=[SUM], sandbox=get_sandbox("unsafe-subprocess", python="/nonexistent/python3"))
     reward = score(env, SUM, py("print(3)"))
     assert reward.masked and "sandbox" in reward.error
+
+
+def test_env_instances_share_one_judge_per_configuration():
+    """One env per episode must not mean one judge per episode (concurrency bound, compile cache)."""
+    a, b = CodeEnv(tasks=[TASK_FOR_SHARING]), CodeEnv(tasks=[TASK_FOR_SHARING])
+    assert a.judge is b.judge
+    assert CodeEnv(tasks=[TASK_FOR_SHARING], time_limit_s=1.5).judge is not a.judge
+
+
+TASK_FOR_SHARING = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1\n"], "outputs": ["1\n"]}}}

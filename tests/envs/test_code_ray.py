@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cascade_envs.envs.code.env import CodeEnv
+from cascade_envs.shared import forget
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cascade-envs[ray]')")
 
@@ -27,6 +28,8 @@ def local_ray():
     mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(root / "t"))
     yield ray
+    for verifier in forget("code.ray_verifier"):
+        asyncio.run(verifier.aclose())
     ray.shutdown()
     mp.undo()
     shutil.rmtree(root, ignore_errors=True)
@@ -37,6 +40,8 @@ def test_scores_through_ray_actors_like_locally(local_ray):
     remote = CodeEnv(tasks=[TASK], ray_actors=2, time_limit_s=2)
     local = CodeEnv(tasks=[TASK], time_limit_s=2)
     assert len(remote.client.actors) == 2
+    # the runner makes an env per episode: they must all use the one actor pool
+    assert CodeEnv(tasks=[TASK], ray_actors=2, time_limit_s=2).client is remote.client
 
     async def go(env, answers):
         return await asyncio.gather(*(env.areward(TASK, a) for a in answers))
