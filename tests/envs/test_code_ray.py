@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,17 @@ def local_ray():
     mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(root / "t"))
     yield ray
-    for verifier in forget("code.ray_verifier"):
-        asyncio.run(verifier.aclose())
     ray.shutdown()
     mp.undo()
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _release_actor_pools():
+    """Actor pools are shared per process; free this test's CPUs for the next one."""
+    yield
+    for verifier in forget("code.ray_verifier"):
+        asyncio.run(verifier.aclose())
 
 
 @pytest.mark.slow
@@ -49,7 +56,6 @@ def test_scores_through_ray_actors_like_locally(local_ray):
     answers = [GOOD, BAD, "no code", GOOD, BAD, GOOD]
     got, want = asyncio.run(go(remote, answers)), asyncio.run(go(local, answers))
     assert [(r.value, r.reason, r.masked) for r in got] == [(r.value, r.reason, r.masked) for r in want]
-    remote.close()
 
 
 @pytest.mark.slow
@@ -60,12 +66,12 @@ def test_a_dead_actor_gives_a_masked_reward_then_recovers(local_ray):
     ray.kill(actor, no_restart=False)
     reward = asyncio.run(env.areward(TASK, GOOD))
     assert reward.masked and "Ray verifier actor failed" in reward.error
-    for _ in range(60):  # Ray restarts the actor
+    for _ in range(120):  # Ray restarts the actor; give it up to a minute on a busy machine
         reward = asyncio.run(env.areward(TASK, GOOD))
         if not reward.masked:
             break
+        time.sleep(0.5)
     assert reward.value == 1
-    env.close()
 
 
 def test_choosing_both_transports_is_an_error():
