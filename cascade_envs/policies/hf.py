@@ -273,6 +273,8 @@ def _fail(items: list[tuple[GenRequest, asyncio.Future]], error: Exception) -> N
 
 def _load(auto_class: Any, source: str, **kwargs: Any) -> Any:
     """``auto_class.from_pretrained`` from local files only, with a one-line error."""
+    if source.startswith(("/", ".", "~")) and not Path(source).expanduser().exists():
+        raise CascadeError(f"model path not found: {source}")
     try:
         return auto_class.from_pretrained(source, local_files_only=True, **kwargs)
     except (OSError, ValueError) as exc:

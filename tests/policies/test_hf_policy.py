@@ -274,7 +274,7 @@ def test_training_mode_is_restored(policy):
 
 
 def test_from_spec_missing_path_is_one_line_error(tmp_path):
-    with pytest.raises(CascadeError, match="cannot load") as info:
+    with pytest.raises(CascadeError, match="model path not found") as info:
         HFPolicy.from_spec(f"hf:{tmp_path / 'nope'}")
     assert "\n" not in str(info.value)
     with pytest.raises(CascadeError, match="hf:PATH"):
