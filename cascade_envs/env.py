@@ -75,6 +75,7 @@ class Env(gymnasium.Env[list, str]):
             None if source is None else load_tasks(source, self.load_task, type(self), on_bad_rows)
         )
         self.task: Task | None = None
+        self.task_id = ""
         self.messages: list[Message] = []
         self.turn = 0
         self.done = True
@@ -156,8 +157,9 @@ class Env(gymnasium.Env[list, str]):
         else:
             raise TaskError("no task: pass options={'task': row} or construct the env with tasks=")
         self.task, self.turn, self.done = task, 0, False
+        self.task_id = task_id(task)
         self.messages = self.prompt(task)
-        info = {"task_id": task_id(task), "thinking": self.thinking, "max_turns": self.max_turns}
+        info = {"task_id": self.task_id, "thinking": self.thinking, "max_turns": self.max_turns}
         return list(self.messages), info
 
     async def astep(self, action: str | Completion) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
@@ -177,7 +179,7 @@ class Env(gymnasium.Env[list, str]):
         reward = reward or Reward(0.0)
         self.done = turn.done or truncated
         self.messages.extend(turn.observation)
-        info = {**turn.info, "reward": reward, "turn": self.turn, "task_id": task_id(self.task)}
+        info = {**turn.info, "reward": reward, "turn": self.turn, "task_id": self.task_id}
         return list(turn.observation), reward.value, turn.done, truncated, info
 
     async def aclose(self) -> None:

@@ -140,7 +140,7 @@ class MixMetrics:
         s.episodes += 1
         s.turns += episode.turns
         s.response_chars += sum(len(c) for c in episode.completions)
-        s.truncated += int(bool(episode.truncated or episode.response.finish_reason == "length"))
+        s.truncated += int(episode.truncated or episode.hit_length_limit)
         if episode.error:
             s.errors += 1
             if len(s.error_examples) < 3:

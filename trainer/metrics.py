@@ -21,7 +21,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
     for group in batch.played:
         for episode in group.episodes:
             episodes += 1
-            truncated += int(any(c.finish_reason == "length" for c in episode.completions) or episode.truncated)
+            truncated += int(episode.truncated or episode.hit_length_limit)
             lengths += [len(c.token_ids or ()) for c in episode.completions]
             if episode_problem(episode) is None:
                 per_env[group.env_id].append(episode.reward.value)

@@ -42,6 +42,11 @@ class EpisodeResult:
     elapsed_s: float = 0.0
 
     @property
+    def hit_length_limit(self) -> bool:
+        """True when any model turn was cut at the maximum generation length."""
+        return any(c.truncated for c in self.completions)
+
+    @property
     def response(self) -> Completion:
         """The last model turn (the final answer of a single-turn episode)."""
         return self.completions[-1] if self.completions else Completion("")
@@ -117,7 +122,9 @@ class RolloutRunner:
 
         async def play_group(index: int, env_id: str, task: Task) -> GroupResult:
             group = GroupResult(env_id, _safe_task_id(task), task)
-            episodes = [self._episode(semaphore, env_id, task, index, s, bar) for s in range(self.group_size)]
+            episodes = [
+                self._episode(semaphore, env_id, task, group.task_id, index, s, bar) for s in range(self.group_size)
+            ]
             group.episodes = list(await asyncio.gather(*episodes))
             await self._score_group(group)
             if out:
@@ -136,11 +143,18 @@ class RolloutRunner:
         return run_sync(self.arun(items))
 
     async def _episode(
-        self, semaphore: asyncio.Semaphore, env_id: str, task: Task, group: int, sample: int, bar: Any
+        self,
+        semaphore: asyncio.Semaphore,
+        env_id: str,
+        task: Task,
+        task_key: str,
+        group: int,
+        sample: int,
+        bar: Any,
     ) -> EpisodeResult:
         async with semaphore:
             start = time.perf_counter()
-            result = EpisodeResult(env_id, _safe_task_id(task), group, sample, [], [], Reward(0.0))
+            result = EpisodeResult(env_id, task_key, group, sample, [], [], Reward(0.0))
             env: Env | None = None
             try:
                 env = self._env_factory(env_id)
