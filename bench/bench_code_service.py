@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cascade_envs.envs.code.env import CodeEnv
 from cascade_envs.sandbox.base import default_python
-from cascade_envs.sandbox.service import BackgroundService
+from cascade_envs.envs.code.service import BackgroundService
 
 SOLUTION = "import sys\nnums = list(map(int, sys.stdin.read().split()))\nprint(sum(nums), max(nums))\n"
 

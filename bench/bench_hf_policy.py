@@ -85,7 +85,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from cascade_envs.policies.embedded import embedded_model_path
     from cascade_envs.policies.hf import HFPolicy
-    from cascade_envs.rollout.policy import SamplingParams
+    from cascade_envs.policy import SamplingParams
 
     if args.convert:
         with tempfile.TemporaryDirectory() as cache:

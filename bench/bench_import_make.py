@@ -28,7 +28,7 @@ DISCOVER = """
 import json, time
 import cascade_envs
 start = time.perf_counter()
-cascade_envs.registry()
+cascade_envs.env_specs()
 print(json.dumps({"seconds": time.perf_counter() - start}))
 """
 
@@ -74,7 +74,7 @@ def make_code(module: str, env_id: str, repeat: int) -> str:
     if module == "gymnasium":
         return MAKE.format(module=module, discover="pass", make=f"gymnasium.make({env_id!r}).close()",
                            repeat=repeat)
-    return MAKE.format(module=module, discover="cascade_envs.registry()",
+    return MAKE.format(module=module, discover="cascade_envs.env_specs()",
                        make=f"cascade_envs.make({env_id!r}).close()", repeat=repeat)
 
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as cwd:  # outside the repository: import the installed package
         env_ids = args.env or fresh(
-            "import json, cascade_envs; print(json.dumps({'ids': list(cascade_envs.registry())}))", cwd
+            "import json, cascade_envs; print(json.dumps({'ids': list(cascade_envs.env_specs())}))", cwd
         )["ids"]
         print(f"{'':<48} {'ours ms':>10} {'ref ms':>10} {'ratio':>9}  (reference: gymnasium / CartPole-v1)")
         ours = median_of(args.runs, IMPORT.format(module="cascade_envs"), cwd)

@@ -10,8 +10,10 @@ from typing import Any
 
 from .core import CascadeError, ChatSpace, Completion, Message, Reward, Task, TaskError, TextSpace
 from .data import DataError, TaskSource, load_tasks
-from .env import Env, Turn
-from .registry import UnknownIdError, make, register, registry, spec
+from .env import Env
+from .episode import Episode, Turn
+from .trajectory import TokenSequence, Trajectory, TurnRecord
+from .registry import UnknownIdError, env_specs, make, register, set_plugin_loader, spec
 
 __version__ = "0.1.0"
 
@@ -26,6 +28,7 @@ __all__ = [
     "Completion",
     "DataError",
     "Env",
+    "Episode",
     "EnvMix",
     "Message",
     "Reward",
@@ -33,15 +36,33 @@ __all__ = [
     "TaskError",
     "TaskSource",
     "TextSpace",
+    "TokenSequence",
+    "Trajectory",
     "Turn",
+    "TurnRecord",
     "UnknownIdError",
+    "env_specs",
     "load_tasks",
     "make",
     "register",
-    "registry",
     "run_rollouts",
     "spec",
 ]
+
+
+def _load_plugins() -> None:
+    from .plugins.manager import load_plugins  # pluggy & co. are imported on first registry access only
+
+    load_plugins()
+
+
+def _broken_plugins_note() -> str:
+    from .plugins.manager import broken_plugins_note
+
+    return broken_plugins_note()
+
+
+set_plugin_loader(_load_plugins, _broken_plugins_note)
 
 
 def __getattr__(name: str) -> Any:

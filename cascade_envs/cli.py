@@ -17,48 +17,29 @@ from pathlib import Path
 from typing import Any
 
 from .core import CascadeError
+from .defaults import DEFAULT_CONCURRENCY, DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+
+SANDBOX_SERVICE_MODULE = "cascade_envs.envs.code.service"
+"""The code env's verification service, run by ``serve-sandbox`` (imported by name, when used)."""
 
 
 def _parse_weights(text: str) -> dict[str, float]:
+    """``"ID=W,ID2=W2"`` (a bare ``ID`` weighs 1) as a mapping for ``parse_mix``."""
     weights: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         env_id, sep, weight = part.partition("=")
         try:
-            weights[env_id] = float(weight) if sep else 1.0
+            weights[env_id.strip()] = float(weight) if sep else 1.0
         except ValueError:
             raise CascadeError(f"bad weight in --mix {part!r}: expected ID=NUMBER") from None
     return weights
 
 
-def _load_mix_file(path: str) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
-    """A mix YAML: ``envs: {ID: WEIGHT | {weight: W, kwargs: {...}}}``."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CascadeError(f"cannot read mix file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise CascadeError(f"{path} is not valid YAML: {exc}") from None
-    envs = data.get("envs") if isinstance(data, dict) else None
-    if not isinstance(envs, dict) or not envs:
-        raise CascadeError(f"{path}: expected a mapping 'envs: {{ID: WEIGHT}}'")
-    weights: dict[str, float] = {}
-    kwargs: dict[str, dict[str, Any]] = {}
-    for env_id, value in envs.items():
-        if isinstance(value, dict):
-            weights[env_id] = value.get("weight", 1.0)
-            kwargs[env_id] = dict(value.get("kwargs") or {})
-        else:
-            weights[env_id] = value
-    return weights, kwargs
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     from .plugins.manager import failures
-    from .registry import judges, registry, sandboxes
+    from .registry import env_specs, judges, sandboxes
 
-    rows = [("environment", s) for s in registry().values()]
+    rows = [("environment", s) for s in env_specs().values()]
     rows += [("sandbox", s) for _, s in sandboxes.items()] + [("judge", s) for _, s in judges.items()]
     if args.json:
         print(json.dumps([{"kind": k, "id": s.id, "entry_point": s.entry_point, "plugin": s.plugin,
@@ -98,14 +79,15 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from .envs import DEFAULT_EVAL_ENVS
-    from .mix import EnvMix, MixMetrics
+    from .mix import EnvMix, load_mix_file, parse_mix
+    from .rollout.metrics import MixMetrics
     from .rollout import RolloutRunner, SamplingParams, make_policy
 
     env_kwargs: dict[str, dict[str, Any]] = {}
     if args.mix and Path(args.mix).suffix in (".yaml", ".yml"):
-        weights, env_kwargs = _load_mix_file(args.mix)
+        weights, env_kwargs = load_mix_file(args.mix)
     elif args.mix:
-        weights = _parse_weights(args.mix)
+        weights, env_kwargs = parse_mix(_parse_weights(args.mix), source="--mix:")
     else:
         ids = args.env or list(DEFAULT_EVAL_ENVS)
         weights = {env_id: 1.0 / len(ids) for env_id in ids}
@@ -154,9 +136,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_sandbox(args: argparse.Namespace) -> int:
-    from .sandbox.service import serve_sandbox
+    import importlib
 
-    serve_sandbox(
+    service = importlib.import_module(SANDBOX_SERVICE_MODULE)
+    service.serve_sandbox(
         host=args.host, port=args.port, workers=args.workers, backend=args.backend, max_queue=args.max_queue
     )
     return 0
@@ -184,10 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--num-tasks", type=int, help="sample this many tasks from the mix")
     p.add_argument("--limit", type=int, help="at most this many tasks per env (without --num-tasks)")
     p.add_argument("-g", "--group-size", type=int, default=1, help="samples per task (default 1)")
-    p.add_argument("--max-tokens", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--concurrency", type=int, default=64, help="episodes in flight at once")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="per model turn (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="(default %(default)s)")
+    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P, help="(default %(default)s)")
+    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                   help="episodes in flight at once (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-o", "--output", help="results JSONL (default runs/eval-TIMESTAMP.jsonl)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -202,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--workers", type=int, default=None, help="concurrent verifications (default: one per core)")
-    p.add_argument("--max-queue", type=int, default=None, help="queued requests before answering 429")
+    p.add_argument("--max-queue", type=int, default=None, help="queued requests before answering 429 (default: 64 per worker)")
     p.add_argument("--backend", default=None, help="sandbox backend (default: bwrap where present)")
     p.set_defaults(fn=cmd_serve_sandbox)
     return parser

@@ -1,17 +1,26 @@
 """The environment base class: a ``gymnasium.Env`` over chat messages with async methods and rewards.
 
 A subclass says how to validate a task row (``load_task``) and how to score a final answer
-(``ascore``). Multi-turn envs also override ``aturn`` to answer tool calls. Everything else —
-task sampling, the reasoning split, the overlong rule, turn limits, turning verifier exceptions
-into masked rewards — lives here, once.
+(``ascore``); multi-turn envs also answer each model turn (``aturn``), stateful ones prepare and
+release an episode's state (``on_reset``/``on_end``), and group-scored ones (GenRM) score the G
+answers to one prompt together (``ascore_group`` with ``scores_groups = True``).
+
+Lifecycle: an env instance lives for a run. It owns its run-wide resources (task source, clients,
+pools), releases them in ``aclose``, and plays any number of concurrent episodes, each an
+``Episode`` (``astart``/``aadvance``). The gymnasium methods (``reset``/``step``) play one episode
+at a time on top of the same machinery.
+
+Scoring is one path, ``ascore_episodes``: for a finished group it keeps rewards the env fixed
+during play (turn limit, overflow), splits the reasoning off each final answer, applies the
+overlong rule once, then calls ``ascore_episode`` per answer or ``ascore_group`` once. A scorer
+that raises masks what it was scoring, with the error; it never turns into a silent 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium
@@ -19,20 +28,13 @@ from gymnasium.utils import seeding
 
 from .core import ChatSpace, Completion, Message, Reward, Task, TaskError, TextSpace, as_completion
 from .data import TaskSource, load_tasks, prompt_messages, task_id
+from .episode import Episode, Turn
 from .reasoning import overlong_reason, split_reasoning
 from .tools import tool_parsers, with_tools
 
 T = TypeVar("T")
 
-
-@dataclass
-class Turn:
-    """What the env answers to one model turn."""
-
-    observation: list[Message] = field(default_factory=list)
-    reward: Reward | None = None
-    done: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Env", "Episode", "Turn", "run_sync"]
 
 
 class Env(gymnasium.Env[list, str]):
@@ -40,7 +42,7 @@ class Env(gymnasium.Env[list, str]):
 
     Observations are the *new* chat messages of each turn; the action is the model's raw text
     (a ``str`` or a ``Completion``). ``step`` returns the reward as a float and the full ``Reward``
-    in ``info["reward"]``.
+    in ``info["reward"]`` (``None`` for a group-scored env, whose reward needs the whole group).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
@@ -49,8 +51,12 @@ class Env(gymnasium.Env[list, str]):
     max_turns: int = 1
     thinking: bool = True
     scores_groups: ClassVar[bool] = False
-    """True when ``ascore_group`` is more than per-sample scoring (the runner then calls it)."""
+    """True when the reward of an answer depends on the other answers of its group (``ascore_group``)."""
     tool_parser: str = "xml_json"
+    episode_timeout_s: float | None = None
+    """Wall-clock budget of one episode in the runner; past it the episode ends truncated."""
+    max_episode_tokens: int | None = None
+    """Token budget of one episode (prompt + every turn); past it the episode ends truncated."""
 
     def __init__(
         self,
@@ -60,6 +66,8 @@ class Env(gymnasium.Env[list, str]):
         max_turns: int | None = None,
         system_prompt: str | None = None,
         on_bad_rows: str = "raise",
+        episode_timeout_s: float | None = None,
+        max_episode_tokens: int | None = None,
     ):
         self.observation_space = ChatSpace()
         self.action_space = TextSpace()
@@ -69,16 +77,21 @@ class Env(gymnasium.Env[list, str]):
             if max_turns < 1:
                 raise ValueError("max_turns must be at least 1")
             self.max_turns = int(max_turns)
+        if episode_timeout_s is not None:
+            if not episode_timeout_s > 0:
+                raise ValueError("episode_timeout_s must be positive")
+            self.episode_timeout_s = float(episode_timeout_s)
+        if max_episode_tokens is not None:
+            if max_episode_tokens < 1:
+                raise ValueError("max_episode_tokens must be at least 1")
+            self.max_episode_tokens = int(max_episode_tokens)
         self.system_prompt = system_prompt
         source = tasks if tasks is not None else self.default_tasks
         self.tasks: TaskSource | None = (
             None if source is None else load_tasks(source, self.load_task, type(self), on_bad_rows)
         )
-        self.task: Task | None = None
-        self.task_id = ""
-        self.messages: list[Message] = []
-        self.turn = 0
-        self.done = True
+        self.episode: Episode | None = None
+        """The episode the gymnasium methods (``reset``/``step``) are playing."""
 
     # ----- what subclasses define -------------------------------------------------------------
 
@@ -100,43 +113,142 @@ class Env(gymnasium.Env[list, str]):
         tools = task.get("tools") or (params.get("tools") if isinstance(params, dict) else None)
         return with_tools(messages, tools or [])
 
+    async def on_reset(self, episode: Episode) -> None:
+        """Prepare a new episode's state (``episode.state``): a database, a checkout. Default: none."""
+
+    async def on_end(self, episode: Episode) -> None:
+        """Release an episode's state once it is scored. Default: nothing to release."""
+
+    async def aturn(self, episode: Episode, completion: Completion) -> Turn:
+        """React to one model turn. The default (single-turn) ends the episode."""
+        return Turn(done=True)
+
     async def ascore(self, task: Task, answer: str) -> Reward:
-        """Score the final ``answer`` (reasoning already split off). Single-turn envs define this."""
-        raise NotImplementedError(f"{type(self).__name__} must implement ascore() or aturn()")
+        """Score the final ``answer`` (reasoning already split off). Per-sample envs define this."""
+        raise NotImplementedError(f"{type(self).__name__} must implement ascore() or ascore_group()")
 
-    async def aturn(self, completion: Completion) -> Turn:
-        """React to one model turn. The default ends the episode and scores the answer."""
-        assert self.task is not None
-        return Turn(reward=await self.areward(self.task, completion), done=True)
+    async def ascore_episode(self, episode: Episode, answer: str) -> Reward:
+        """Score one episode's final answer; stateful envs override it to read ``episode.state``."""
+        return await self.ascore(episode.task, answer)
 
-    async def atruncate(self) -> Reward:
-        """The reward when the turn limit ends an episode before the model finished."""
-        return Reward.zero(f"turn limit of {self.max_turns} reached without a final answer")
+    async def ascore_group(self, task: Task, answers: list[str], episodes: list[Episode]) -> list[Reward]:
+        """Score the final answers of one group together (envs with ``scores_groups = True``).
 
-    # ----- scoring ----------------------------------------------------------------------------
-
-    async def areward(self, task: Task, completion: str | Completion) -> Reward:
-        """Score one response: the overlong rule, the reasoning split, then ``ascore``.
-
-        A verifier that raises gives a masked reward carrying the error, never a silent 0.
+        ``answers[i]`` is ``episodes[i]``'s final answer with the reasoning split off; answers cut by
+        the overlong rule or ended by the env never get here.
         """
-        completion = as_completion(completion)
-        split = split_reasoning(completion)
-        reason = overlong_reason(completion, split)
-        if reason:
-            return Reward.zero(reason, overlong=1.0)
+        raise NotImplementedError(f"{type(self).__name__} sets scores_groups but has no ascore_group()")
+
+    async def atruncation_reward(self, episode: Episode, reason: str) -> Reward:
+        """The reward of an episode cut before the model finished (turn limit, budget, overflow)."""
+        return Reward.zero(f"truncated: {reason}")
+
+    # ----- playing episodes ---------------------------------------------------------------------
+
+    async def astart(self, task: Task) -> Episode:
+        """Begin an episode of ``task`` (a row, validated here)."""
+        loaded = self.load_task(task)
+        episode = Episode(loaded, task_id(loaded), self.prompt(loaded), self.thinking, self.max_turns)
+        await self.on_reset(episode)
+        return episode
+
+    async def aadvance(self, episode: Episode, action: str | Completion) -> Turn:
+        """Play one model turn of ``episode``: the env's answer, and whether the episode ended."""
+        if episode.done:
+            raise RuntimeError("the episode has ended")
+        completion = as_completion(action)
+        episode.turns += 1
+        episode.completions.append(completion)
+        episode.messages.append({"role": "assistant", "content": str(completion)})
         try:
-            reward = await self.ascore(task, split.answer)
+            turn = await self.aturn(episode, completion)
+        except Exception as exc:
+            error = f"{type(self).__name__} raised {type(exc).__name__}: {exc}"
+            turn = Turn(reward=Reward.failed(error), done=True)
+        episode.messages.extend(turn.observation)
+        if turn.done:
+            episode.terminated, episode.outcome = True, turn.reward
+        elif completion.truncated:
+            await self.atruncate(episode, "generation was cut at the maximum length")
+        elif episode.turns >= episode.max_turns:
+            await self.atruncate(episode, f"turn limit of {episode.max_turns} reached without a final answer")
+        return turn
+
+    async def atruncate(self, episode: Episode, reason: str) -> None:
+        """End ``episode`` as truncated, with the env's truncation reward (the runner calls this too)."""
+        episode.truncated = True
+        try:
+            episode.outcome = await self.atruncation_reward(episode, reason)
+        except Exception as exc:
+            episode.outcome = Reward.failed(f"{type(self).__name__} truncation rule raised {type(exc).__name__}: {exc}")
+
+    async def aend(self, episode: Episode) -> None:
+        """Release the episode's state (``on_end``); an error here never changes its reward."""
+        try:
+            await self.on_end(episode)
+        except Exception:  # noqa: S110 - release is best effort; the reward is already final
+            pass
+
+    # ----- scoring: one path --------------------------------------------------------------------
+
+    async def ascore_episodes(self, episodes: Sequence[Episode]) -> list[Reward]:
+        """Score the finished episodes of one group; see the module docstring. Do not override."""
+        rewards: list[Reward | None] = [episode.outcome for episode in episodes]
+        pending: list[tuple[int, str]] = []
+        for i, episode in enumerate(episodes):
+            if rewards[i] is not None:
+                continue
+            split = split_reasoning(episode.final)
+            reason = overlong_reason(episode.final, split)
+            if reason:
+                rewards[i] = Reward.zero(reason, overlong=1.0)
+            else:
+                pending.append((i, split.answer))
+        if pending and self.scores_groups:
+            scored = await self._group_scores(episodes[pending[0][0]].task, pending, episodes)
+        else:
+            scored = await asyncio.gather(*(self._sample_score(episodes[i], answer) for i, answer in pending))
+        for (i, _), reward in zip(pending, scored, strict=True):
+            rewards[i] = reward
+        return [r if r is not None else Reward.failed("not scored") for r in rewards]
+
+    async def _sample_score(self, episode: Episode, answer: str) -> Reward:
+        try:
+            reward = await self.ascore_episode(episode, answer)
         except Exception as exc:
             return Reward.failed(f"{type(self).__name__} verifier raised {type(exc).__name__}: {exc}")
         if not isinstance(reward, Reward):
             return Reward.failed(f"{type(self).__name__}.ascore returned {type(reward).__name__}, not Reward")
         return reward
 
-    async def ascore_group(self, task: Task, responses: list[str | Completion]) -> list[Reward]:
-        """Score the G responses to one task together; the default scores each on its own."""
-        task = self.load_task(task)
-        return list(await asyncio.gather(*(self.areward(task, r) for r in responses)))
+    async def _group_scores(
+        self, task: Task, pending: list[tuple[int, str]], episodes: Sequence[Episode]
+    ) -> list[Reward]:
+        name = type(self).__name__
+        try:
+            rewards = await self.ascore_group(task, [a for _, a in pending], [episodes[i] for i, _ in pending])
+        except Exception as exc:
+            return [Reward.failed(f"{name} group scorer raised {type(exc).__name__}: {exc}")] * len(pending)
+        if not isinstance(rewards, list) or len(rewards) != len(pending):
+            got = len(rewards) if isinstance(rewards, list) else type(rewards).__name__
+            return [Reward.failed(f"{name}.ascore_group returned {got} rewards for {len(pending)} answers")] * len(pending)
+        return [r if isinstance(r, Reward) else Reward.failed(f"{name}.ascore_group returned a non-Reward") for r in rewards]
+
+    async def areward(self, task: Task, completion: str | Completion) -> Reward:
+        """Score one single-turn response to ``task`` through the scoring path (a group of one)."""
+        return (await self.ascore_responses(task, [completion]))[0]
+
+    async def ascore_responses(self, task: Task, responses: Sequence[str | Completion]) -> list[Reward]:
+        """Score G single-turn responses to one task as a group (per sample or with the group hook)."""
+        episodes = []
+        for response in responses:
+            episode = await self.astart(task)
+            await self.aadvance(episode, response)
+            episodes.append(episode)
+        try:
+            return await self.ascore_episodes(episodes)
+        finally:
+            await asyncio.gather(*(self.aend(e) for e in episodes))
 
     def parse_tool_calls(self, text: str) -> Any:
         """Parse tool calls from ``text`` with this env's ``tool_parser``."""
@@ -151,39 +263,38 @@ class Env(gymnasium.Env[list, str]):
             self._np_random, self._np_random_seed = seeding.np_random(seed)
         options = options or {}
         if "task" in options:
-            task = self.load_task(options["task"])
+            row = options["task"]
         elif self.tasks is not None:
-            task = self.tasks.sample(self.np_random)
+            row = self.tasks.sample(self.np_random)
         else:
             raise TaskError("no task: pass options={'task': row} or construct the env with tasks=")
-        self.task, self.turn, self.done = task, 0, False
-        self.task_id = task_id(task)
-        self.messages = self.prompt(task)
-        info = {"task_id": self.task_id, "thinking": self.thinking, "max_turns": self.max_turns}
-        return list(self.messages), info
+        await self._end_current()
+        episode = self.episode = await self.astart(row)
+        info = {"task_id": episode.task_id, "thinking": episode.thinking, "max_turns": episode.max_turns}
+        return list(episode.messages), info
 
     async def astep(self, action: str | Completion) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
-        if self.done or self.task is None:
+        episode = self.episode
+        if episode is None or episode.done:
             raise RuntimeError("step() called before reset() or after the episode ended")
-        completion = as_completion(action)
-        self.turn += 1
-        self.messages.append({"role": "assistant", "content": str(completion)})
-        try:
-            turn = await self.aturn(completion)
-        except Exception as exc:
-            turn = Turn(reward=Reward.failed(f"{type(self).__name__} raised {type(exc).__name__}: {exc}"), done=True)
-        truncated = not turn.done and (self.turn >= self.max_turns or completion.truncated)
-        reward = turn.reward
-        if truncated and reward is None:
-            reward = await self.atruncate()
-        reward = reward or Reward(0.0)
-        self.done = turn.done or truncated
-        self.messages.extend(turn.observation)
-        info = {**turn.info, "reward": reward, "turn": self.turn, "task_id": self.task_id}
-        return list(turn.observation), reward.value, turn.done, truncated, info
+        turn = await self.aadvance(episode, action)
+        reward: Reward | None = None
+        if episode.done:
+            reward = episode.outcome if self.scores_groups else (await self.ascore_episodes([episode]))[0]
+            await self.aend(episode)
+        info = {**turn.info, "reward": reward, "turn": episode.turns, "task_id": episode.task_id}
+        value = reward.value if reward is not None else 0.0
+        return list(turn.observation), value, episode.terminated, episode.truncated, info
+
+    async def _end_current(self) -> None:
+        """Release the gymnasium episode in play, if it has not ended (an ended one is released)."""
+        episode, self.episode = self.episode, None
+        if episode is not None and not episode.done:
+            await self.aend(episode)
 
     async def aclose(self) -> None:
-        """Release resources (judge clients, sandboxes). The base env holds none."""
+        """Release the run-wide resources (clients, pools); subclasses extend it and call ``super``."""
+        await self._end_current()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         return run_sync(self.areset(seed=seed, options=options))

@@ -5,4 +5,4 @@
 
 from .registry import envs
 
-envs._ensure_loaded()
+envs.ensure_loaded()

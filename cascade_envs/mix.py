@@ -1,37 +1,122 @@
-"""``EnvMix``: seeded, weighted sampling of tasks over several environments, and per-env metrics."""
+"""``EnvMix``: seeded, weighted sampling of tasks over several environments, and per-env metrics.
+
+The mix format (``eval --mix FILE.yaml``, a run config's ``mix.envs``) is read by one parser,
+``parse_mix``: ``{ENV_ID: WEIGHT}`` or ``{ENV_ID: {weight: W, kwargs: {...}}}``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .core import CascadeError, Task
 from .env import Env
-from .registry import make
+from .registry import ENV_ID_RE, make
 
 log = logging.getLogger("cascade_envs.mix")
+
+ENTRY_KEYS = ("weight", "kwargs")
+"""The keys of a ``{weight: W, kwargs: {...}}`` mix entry."""
+MIX_FILE_KEYS = ("envs",)
+"""The top-level keys of a mix file."""
+_YAML11_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")  # PyYAML reads "1e-3" as a string
+
+
+def _check_weight(where: str, weight: Any) -> float:
+    if isinstance(weight, str) and _YAML11_FLOAT.match(weight.strip()):
+        weight = float(weight)
+    if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight):
+        raise CascadeError(f"{where} must be a finite number, got {weight!r}")
+    if weight < 0:
+        raise CascadeError(f"{where} is negative ({weight})")
+    return float(weight)
 
 
 def normalise_weights(weights: Mapping[str, float]) -> dict[str, float]:
     """Check weights (finite, non-negative, some positive) and scale them to sum to one."""
     if not weights:
         raise CascadeError("an env mix needs at least one env")
-    for env_id, weight in weights.items():
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight):
-            raise CascadeError(f"weight of {env_id!r} must be a finite number, got {weight!r}")
-        if weight < 0:
-            raise CascadeError(f"weight of {env_id!r} is negative ({weight})")
-    total = float(sum(weights.values()))
+    checked = {env_id: _check_weight(f"weight of {env_id!r}", w) for env_id, w in weights.items()}
+    total = sum(checked.values())
     if total <= 0:
         raise CascadeError("env mix weights sum to zero")
     if not math.isclose(total, 1.0, rel_tol=1e-6):
         log.warning("env mix weights sum to %.6g, not 1; normalising", total)
-    return {env_id: float(w) / total for env_id, w in weights.items()}
+    return {env_id: w / total for env_id, w in checked.items()}
+
+
+def _did_you_mean(key: Any, known: Iterable[str]) -> str:
+    known = list(known)
+    close = difflib.get_close_matches(str(key), known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+
+
+def parse_mix(envs: Any, *, source: str = "mix.envs") -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """Read a mix's ``envs`` mapping into ``(weights, env_kwargs)``.
+
+    Each value is a weight or ``{weight: W, kwargs: {...}}`` (weight 1 when left out). Weights are
+    checked (finite, non-negative, not all zero) but not normalised; every id gets a kwargs dict.
+    Errors are ``CascadeError``s naming the key after ``source``: ``mix.envs.cascade/MCQA-v0.weight``
+    (a ``source`` ending in ``:`` is followed by a space instead of a dot: ``--mix: cascade/MCQA-v0``).
+    """
+    name, sep = (source[:-1], " ") if source.endswith(":") else (source, ".")
+    if not isinstance(envs, Mapping):
+        raise CascadeError(f"{name}: expected a mapping {{ENV_ID: WEIGHT}}, got {type(envs).__name__}")
+    if not envs:
+        raise CascadeError(f"{name} is empty: name at least one env id with its weight")
+    weights: dict[str, float] = {}
+    env_kwargs: dict[str, dict[str, Any]] = {}
+    for env_id, value in envs.items():
+        where = f"{name}{sep}{env_id}"
+        if not isinstance(env_id, str) or "/" not in env_id or not ENV_ID_RE.match(env_id):
+            raise CascadeError(f"{name}: env id {env_id!r} must look like 'namespace/Name-vN'")
+        kwargs: Any = None
+        if isinstance(value, Mapping):
+            for key in value:
+                if key not in ENTRY_KEYS:
+                    raise CascadeError(f"{where}: unknown key {key!r}{_did_you_mean(key, ENTRY_KEYS)}")
+            weight = _check_weight(f"{where}.weight", value.get("weight", 1.0))
+            kwargs = value.get("kwargs")
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            weight = _check_weight(where, value)
+        else:
+            raise CascadeError(f"{where}: expected a weight or {{weight: W, kwargs: {{...}}}}, got {value!r}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise CascadeError(f"{where}.kwargs: expected a mapping of keyword arguments, got {kwargs!r}")
+        if kwargs and not all(isinstance(k, str) for k in kwargs):
+            raise CascadeError(f"{where}.kwargs: keyword names must be strings, got {list(kwargs)!r}")
+        weights[env_id] = weight
+        env_kwargs[env_id] = dict(kwargs or {})
+    if sum(weights.values()) <= 0:
+        raise CascadeError(f"{name}: the weights sum to zero; give at least one env a positive weight")
+    return weights, env_kwargs
+
+
+def load_mix_file(path: str | Path) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """Read a mix YAML file (``envs: {ENV_ID: WEIGHT | {weight: W, kwargs: {...}}}``) with ``parse_mix``."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CascadeError(f"cannot read mix file {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise CascadeError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping) or "envs" not in data:
+        raise CascadeError(f"{path}: expected a mapping 'envs: {{ENV_ID: WEIGHT}}'")
+    for key in data:
+        if key not in MIX_FILE_KEYS:
+            raise CascadeError(f"{path}: unknown key {key!r}{_did_you_mean(key, MIX_FILE_KEYS)}")
+    return parse_mix(data["envs"], source=f"{path}: envs")
 
 
 class EnvMix:
@@ -89,6 +174,24 @@ class EnvMix:
             items += [(env_id, task) for task in list(env.tasks)[:limit]]
         return items
 
+    async def aclose(self) -> None:
+        """Close every env of the mix (their clients, pools and sandboxes); sampling ends here."""
+        envs, self.envs = self.envs, {}
+        for env in envs.values():
+            with contextlib.suppress(Exception):
+                await env.aclose()
+
+    def close(self) -> None:
+        from .env import run_sync
+
+        run_sync(self.aclose())
+
+    async def __aenter__(self) -> EnvMix:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
     def state_dict(self) -> dict[str, Any]:
         """Sampler state, for checkpoint/resume."""
         return {"rng": self._rng.bit_generator.state, "orders": {k: list(v) for k, v in self._orders.items()}}
@@ -96,85 +199,3 @@ class EnvMix:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._rng.bit_generator.state = state["rng"]
         self._orders = {k: list(v) for k, v in state["orders"].items()}
-
-
-@dataclass
-class EnvStats:
-    """Running metrics of one env."""
-
-    episodes: int = 0
-    reward_sum: float = 0.0
-    scored: int = 0
-    masked: int = 0
-    errors: int = 0
-    truncated: int = 0
-    turns: int = 0
-    response_chars: int = 0
-    error_examples: list[str] = field(default_factory=list)
-
-    @property
-    def mean_reward(self) -> float:
-        return self.reward_sum / self.scored if self.scored else float("nan")
-
-    def as_dict(self) -> dict[str, Any]:
-        n = max(self.episodes, 1)
-        return {
-            "episodes": self.episodes,
-            "mean_reward": self.mean_reward,
-            "masked": self.masked,
-            "errors": self.errors,
-            "truncation_rate": self.truncated / n,
-            "mean_turns": self.turns / n,
-            "mean_response_chars": self.response_chars / n,
-        }
-
-
-class MixMetrics:
-    """Per-env metrics over episodes (``EpisodeResult``-like objects)."""
-
-    def __init__(self) -> None:
-        self.stats: dict[str, EnvStats] = {}
-
-    def add(self, episode: Any) -> None:
-        s = self.stats.setdefault(episode.env_id, EnvStats())
-        s.episodes += 1
-        s.turns += episode.turns
-        s.response_chars += sum(len(c) for c in episode.completions)
-        s.truncated += int(episode.truncated or episode.hit_length_limit)
-        if episode.error:
-            s.errors += 1
-            if len(s.error_examples) < 3:
-                s.error_examples.append(episode.error[:200])
-        if episode.reward.masked:
-            s.masked += 1
-        else:
-            s.scored += 1
-            s.reward_sum += episode.reward.value
-
-    def add_groups(self, groups: Iterable[Any]) -> MixMetrics:
-        for group in groups:
-            for episode in group.episodes:
-                self.add(episode)
-        return self
-
-    def table(self) -> str:
-        """A plain-text summary table, one row per env plus a total."""
-        header = f"{'env':<36} {'episodes':>8} {'reward':>7} {'masked':>6} {'errors':>6} {'trunc':>6} {'turns':>5}"
-        lines = [header, "-" * len(header)]
-        total = EnvStats()
-        for env_id, s in sorted(self.stats.items()):
-            lines.append(_row(env_id, s))
-            for name in ("episodes", "reward_sum", "scored", "masked", "errors", "truncated", "turns"):
-                setattr(total, name, getattr(total, name) + getattr(s, name))
-        if len(self.stats) > 1:
-            lines += ["-" * len(header), _row("all", total)]
-        return "\n".join(lines)
-
-
-def _row(name: str, s: EnvStats) -> str:
-    d = s.as_dict()
-    reward = "n/a" if s.scored == 0 else f"{d['mean_reward']:.3f}"
-    return (
-        f"{name:<36} {s.episodes:>8} {reward:>7} {s.masked:>6} {s.errors:>6} "
-        f"{d['truncation_rate']:>6.1%} {d['mean_turns']:>5.2f}"
-    )

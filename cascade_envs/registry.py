@@ -3,8 +3,12 @@
 One mechanism serves every kind: a ``Registry`` maps ids to values; env, sandbox and judge
 registries hold ``Spec`` objects (an ``entry_point`` imported only when the thing is made). The
 env registry is mirrored into gymnasium's, so ``gymnasium.make("cascade/MCQA-v0")`` works once
-the registry has loaded (any ``cascade_envs.make``/``spec``/``registry`` call, or
+the registry has loaded (any ``cascade_envs.make``/``spec``/``env_specs`` call, or
 ``import cascade_envs.gym``).
+
+This module knows nothing of plugins: the env, sandbox and judge registries are filled by a loader
+injected with ``set_plugin_loader`` (``cascade_envs/__init__.py`` installs the plugin manager's, which
+is imported on first access only).
 """
 
 from __future__ import annotations
@@ -67,19 +71,49 @@ def _missing_dependency_message(spec: Spec, exc: ImportError) -> str:
 
 
 class Registry(Generic[T]):
-    """A name → value map with "did you mean" errors; ``loader`` fills it on first access."""
+    """A name → value map with "did you mean" errors; ``loader`` fills it on first access.
 
-    def __init__(self, kind: str, loader: Callable[[], None] | None = None):
+    ``note()``, when given, is appended to "unknown id" errors (e.g. which plugins failed to load).
+    """
+
+    def __init__(self, kind: str, loader: Callable[[], None] | None = None, *,
+                 note: Callable[[], str] | None = None):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._loader = loader
+        self._note = note
         self._loaded = loader is None
 
-    def _ensure_loaded(self) -> None:
+    def set_loader(self, loader: Callable[[], None] | None, *, note: Callable[[], str] | None = None) -> None:
+        """Fill the registry with ``loader()`` on its next access (``None``: nothing to load)."""
+        self._loader = loader
+        self._note = note
+        self._loaded = loader is None
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether the loader has run (or there is none)."""
+        return self._loaded
+
+    def ensure_loaded(self) -> None:
+        """Run the loader once, before the first lookup."""
         if not self._loaded:
             self._loaded = True
             assert self._loader is not None
             self._loader()
+
+    def mark_loaded(self) -> None:
+        """Record that the registry is filled without running its loader (a loader filling several)."""
+        self._loaded = True
+
+    def clear(self) -> None:
+        """Forget every entry (the loaded state is kept)."""
+        self._items.clear()
+
+    def reset(self) -> None:
+        """Forget every entry and load again on the next access."""
+        self._items.clear()
+        self._loaded = self._loader is None
 
     def register(self, name: str, value: T, *, replace: bool = False) -> None:
         if name in self._items and not replace:
@@ -90,7 +124,7 @@ class Registry(Generic[T]):
         self._items.pop(name, None)
 
     def get(self, name: str) -> T:
-        self._ensure_loaded()
+        self.ensure_loaded()
         try:
             return self._items[name]
         except KeyError:
@@ -99,32 +133,33 @@ class Registry(Generic[T]):
     def _unknown_message(self, name: str) -> str:
         close = difflib.get_close_matches(name, list(self._items), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        from .plugins.manager import broken_plugins_note  # plugins import registry
-
-        return f"unknown {self.kind} {name!r}{hint}{broken_plugins_note()}"
+        note = self._note() if self._note is not None else ""
+        return f"unknown {self.kind} {name!r}{hint}{note}"
 
     def __contains__(self, name: object) -> bool:
-        self._ensure_loaded()
+        self.ensure_loaded()
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:
-        self._ensure_loaded()
+        self.ensure_loaded()
         return iter(sorted(self._items))
 
     def items(self) -> list[tuple[str, T]]:
-        self._ensure_loaded()
+        self.ensure_loaded()
         return sorted(self._items.items())
 
 
-def _load_plugins() -> None:
-    from .plugins.manager import load_plugins
+envs: Registry[Spec] = Registry("environment")
+sandboxes: Registry[Spec] = Registry("sandbox backend")
+judges: Registry[Spec] = Registry("judge")
+PLUGIN_REGISTRIES: tuple[Registry[Spec], ...] = (envs, sandboxes, judges)
+"""The registries that plugin hooks fill; one loader fills all three."""
 
-    load_plugins()
 
-
-envs: Registry[Spec] = Registry("environment", _load_plugins)
-sandboxes: Registry[Spec] = Registry("sandbox backend", _load_plugins)
-judges: Registry[Spec] = Registry("judge", _load_plugins)
+def set_plugin_loader(loader: Callable[[], None] | None, note: Callable[[], str] | None = None) -> None:
+    """Install the loader that fills the env, sandbox and judge registries on first access."""
+    for target in PLUGIN_REGISTRIES:
+        target.set_loader(loader, note=note)
 
 
 def check_env_id(env_id: str) -> None:
@@ -142,7 +177,7 @@ def make(env_id: str, **kwargs: Any) -> Any:
     return spec(env_id).make(**kwargs)
 
 
-def registry() -> dict[str, Spec]:
+def env_specs() -> dict[str, Spec]:
     """All registered environment specs, by id."""
     return dict(envs.items())
 
@@ -154,7 +189,7 @@ def sync_gymnasium() -> None:
     """Mirror the env registry into gymnasium's, replacing what an earlier sync put there."""
     import gymnasium
 
-    for env_id in _synced_ids - set(envs._items):
+    for env_id in _synced_ids - set(envs):
         gymnasium.registry.pop(env_id, None)
     for env_id, env_spec in envs.items():
         if env_id in gymnasium.registry and env_id not in _synced_ids:
@@ -177,6 +212,6 @@ def register(env_id: str, entry_point: str | type, **kwargs: Any) -> None:
     check_env_id(env_id)
     if not isinstance(entry_point, str):
         entry_point = f"{entry_point.__module__}:{entry_point.__qualname__}"
-    envs._ensure_loaded()
+    envs.ensure_loaded()
     envs.register(env_id, Spec(env_id, entry_point, kwargs, plugin="<runtime>"), replace=True)
     sync_gymnasium()

@@ -3,6 +3,10 @@
 Every plugin is called on its own, so one that fails to import, raises in a hook or registers a
 clashing id is reported once (name, distribution, error), contributes nothing, and never breaks
 the others. ``CASCADE_ENVS_DISABLE_PLUGIN_AUTOLOAD=1`` skips third-party discovery.
+
+The registries do not import this module: ``cascade_envs/__init__.py`` installs ``load_plugins`` and
+``broken_plugins_note`` as their loader (``registry.set_plugin_loader``), imported on first access.
+This module uses only the registries' public API.
 """
 
 from __future__ import annotations
@@ -123,8 +127,8 @@ def _run_hook(pm: pluggy.PluginManager, hook_name: str, target: Registry[Spec], 
         try:
             impl.function(register=_stager(target, info, staged))
             for spec in staged:
-                if spec.id in target._items:
-                    owner = target._items[spec.id].plugin
+                if spec.id in target:
+                    owner = target.get(spec.id).plugin
                     raise RuntimeError(f"{target.kind} {spec.id!r} is already registered by {owner!r}")
         except Exception as exc:
             _fail(info, exc)
@@ -140,7 +144,7 @@ def load_plugins() -> None:
     pm.add_hookspecs(hookspecs)
     infos = _discover(pm)
     for hook_name, target in _HOOKS:
-        target._loaded = True  # the first access of any of them loads all three
+        target.mark_loaded()  # the first access of any of them loads all three
         _run_hook(pm, hook_name, target, infos)
     sync_gymnasium()
 
@@ -149,5 +153,5 @@ def reload_plugins() -> None:
     """Forget every registration and discover again (after installing or removing a plugin)."""
     importlib.invalidate_caches()
     for _, target in _HOOKS:
-        target._items.clear()
+        target.clear()
     load_plugins()

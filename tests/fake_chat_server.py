@@ -9,6 +9,14 @@ The ``model`` field of a request picks the behaviour:
   no-choices   -> a 200 JSON body without choices
   huge         -> a 4 MB answer
   tool-user    -> first turn: a tool call; after a tool message: a final answer
+
+Paths under ``/http/`` (any method) exercise the generic HTTP client; ``calls[path]`` counts them:
+  /http/ok                 -> 200 {"ok": true, "body": <the request's JSON or null>}
+  /http/flaky/KEY/N        -> 503 (Retry-After: 0) on the first N calls, then 200 {"ok": true, "attempt": K}
+  /http/status/CODE        -> that status with {"error": {"message": "... maximum context length ..."}}
+  /http/garbage            -> 200 with a body that is not JSON
+  /http/trickle/DELAY/N    -> 200 announcing N bytes of JSON, then one byte every DELAY seconds
+  /http/sleep/SECONDS      -> 200 {"ok": true} after SECONDS
 """
 
 from __future__ import annotations
@@ -27,20 +35,62 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(self, status: int, body: bytes, content_type: str = "application/json",
+              headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     def do_GET(self) -> None:
+        if self.path.startswith("/http/"):
+            return self._http_route()
         if self.path.endswith("/models"):
             self._send(200, json.dumps({"object": "list", "data": [{"id": "echo-answer"}]}).encode())
         else:
             self._send(404, b"{}")
 
+    def _http_route(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        raw = self.rfile.read(length) if length else b""
+        with self.server.lock:
+            self.server.calls[self.path] += 1
+            attempt = self.server.calls[self.path]
+        _, _, kind, *args = self.path.split("/")
+        if kind == "ok":
+            return self._send(200, json.dumps({"ok": True, "body": json.loads(raw) if raw else None}).encode())
+        if kind == "flaky" and attempt <= int(args[1]):
+            return self._send(503, b'{"error": "overloaded"}', headers={"Retry-After": "0"})
+        if kind == "flaky":
+            return self._send(200, json.dumps({"ok": True, "attempt": attempt}).encode())
+        if kind == "status":
+            message = "This model's maximum context length is 4096 tokens; your request has 5000 tokens."
+            return self._send(int(args[0]), json.dumps({"error": {"message": message, "code": int(args[0])}}).encode())
+        if kind == "garbage":
+            return self._send(200, b"<html>not json")
+        if kind == "trickle":
+            delay, size = float(args[0]), int(args[1])
+            body = b'{"ok": true}'.rjust(size)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for i in range(len(body)):
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(delay)
+            return None
+        if kind == "sleep":
+            time.sleep(float(args[0]))
+            return self._send(200, b'{"ok": true}')
+        return self._send(404, b'{"error": "no such test route"}')
+
     def do_POST(self) -> None:
+        if self.path.startswith("/http/"):
+            return self._http_route()
         length = int(self.headers.get("Content-Length", 0))
         request = json.loads(self.rfile.read(length))
         self.server.requests.append(request)

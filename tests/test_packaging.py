@@ -133,7 +133,7 @@ def test_import_is_cheap(tmp_path: Path) -> None:
         seconds = time.perf_counter() - start
         heavy = lambda: sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules)
         at_import, envs_imported = heavy(), "cascade_envs.envs" in sys.modules
-        cascade_envs.registry()
+        cascade_envs.env_specs()
         print(json.dumps({{"seconds": seconds, "at_import": at_import, "envs_imported": envs_imported,
                           "after_discovery": heavy()}}))
     """

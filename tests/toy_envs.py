@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cascade_envs import Env, Reward, TaskError, Turn
+from cascade_envs import Env, Episode, Reward, TaskError, Turn
 from cascade_envs.core import Completion
 
 
@@ -39,13 +39,13 @@ class LookupToolEnv(ExactAnswerEnv):
         messages = [system, {"role": "user", "content": task["prompt"]}]
         return super().prompt({"messages": messages, "tools": tools})
 
-    async def aturn(self, completion: Completion) -> Turn:
+    async def aturn(self, episode: Episode, completion: Completion) -> Turn:
         parsed = self.parse_tool_calls(completion)
         if parsed.errors:
             return Turn([{"role": "tool", "content": "error: " + "; ".join(parsed.errors)}])
         if parsed.calls:
-            return Turn([{"role": "tool", "content": self.task["answer"]} for _ in parsed.calls])
-        return await super().aturn(completion)
+            return Turn([{"role": "tool", "content": episode.task["answer"]} for _ in parsed.calls])
+        return Turn(done=True)
 
     async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
         return Reward(float(task["answer"] in answer))
@@ -56,8 +56,8 @@ class LongestWinsEnv(ExactAnswerEnv):
 
     scores_groups = True
 
-    async def ascore_group(self, task, responses):
-        lengths = [len(r) for r in responses]
+    async def ascore_group(self, task, answers, episodes):
+        lengths = [len(a) for a in answers]
         return [Reward(float(n == max(lengths)), {"length": n}) for n in lengths]
 
 

@@ -1,15 +1,15 @@
 """The batch builder: prompts from an ``EnvMix``, G rollouts each, rewards, advantages, filtering.
 
-One call of ``BatchBuilder.build`` produces the training batch of one GRPO step:
+One call of ``BatchBuilder.build`` produces the training batch of one step:
 
 1. draw prompts from the mix and play each ``group_size`` times with the rollout engine (the
-   runner applies each env's reward, group scoring and the overlong rule included);
-2. drop masked samples (a verifier error, a failed episode, a completion without token ids);
-3. dynamic filtering: drop groups whose remaining rewards are all equal (no learning signal) and
-   draw fresh prompts, until the batch holds ``prompts_per_step`` groups or ``max_rounds`` rounds
-   are spent;
-4. group-normalised advantages, and one training sequence per model turn
-   (``prompt_token_ids + token_ids`` of the turn's completion, advantage of its episode).
+   runner scores each group through the env's scoring path, overlong rule included);
+2. drop masked samples (a verifier error, a failed episode, a trajectory without token ids);
+3. ask the loss strategy for each group's advantages: it may leave a group out (GRPO's dynamic
+   filtering drops groups whose rewards are all equal), and then fresh prompts are drawn, until
+   the batch holds ``prompts_per_step`` groups or ``max_rounds`` rounds are spent;
+4. the training sequences of each kept episode's ``Trajectory`` (one per episode when the chat
+   template allows it, with env tokens masked), each with its episode's advantage.
 """
 
 from __future__ import annotations
@@ -19,22 +19,32 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import Completion, Message
 from ..mix import EnvMix
-from ..rollout.policy import Policy, SamplingParams
+from ..policy import Policy, SamplingParams
 from ..rollout.runner import EpisodeResult, GroupResult, RolloutRunner
+from .strategies import FILTERED, LossStrategy
 
 
 @dataclass
 class TrainSequence:
-    """One trained sequence: a prompt, the sampled response tokens and their advantage."""
+    """One trained sequence: a prompt, the response tokens with their loss mask, and the advantage."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     advantage: float
     env_id: str
     logprobs: list[float] | None = None
-    """Log-probabilities the inference engine gave the sampled tokens (for MOPD / checks)."""
+    """Log-probabilities the inference engine gave the response tokens (0 where ``loss_mask`` is 0)."""
+    loss_mask: list[int] | None = None
+    """1 on tokens the policy sampled, 0 on env/template tokens; ``None`` means all 1."""
+
+    def __post_init__(self) -> None:
+        if self.loss_mask is None:
+            self.loss_mask = [1] * len(self.response_ids)
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.loss_mask or ())
 
 
 @dataclass
@@ -65,77 +75,54 @@ class RolloutBatch:
         return self.groups_filtered / max(len(self.played), 1)
 
 
-class _BusyTimer:
-    """Wraps a policy and measures the wall time during which at least one generation runs."""
-
-    def __init__(self, policy: Policy):
-        self.policy = policy
-        self.busy_s = 0.0
-        self._active = 0
-        self._since = 0.0
-
-    async def agenerate(self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True) -> Completion:
-        if self._active == 0:
-            self._since = time.perf_counter()
-        self._active += 1
-        try:
-            return await self.policy.agenerate(messages, sampling=sampling, thinking=thinking)
-        finally:
-            self._active -= 1
-            if self._active == 0:
-                self.busy_s += time.perf_counter() - self._since
-
-    async def aclose(self) -> None:
-        await self.policy.aclose()
-
-
 def episode_problem(episode: EpisodeResult) -> str | None:
     """Why an episode cannot be trained on, or ``None`` when it can."""
     if episode.error:
         return episode.error
     if episode.reward.masked:
         return episode.reward.error or "masked reward"
-    if not episode.completions:
+    if not episode.trajectory.turns:
         return "no model turn"
-    for completion in episode.completions:
-        if not completion.prompt_token_ids or completion.token_ids is None:
-            return "the rollout engine returned no token ids"
+    if not episode.trajectory.has_tokens:
+        return "the rollout engine returned no token ids"
     return None
 
 
 class BatchBuilder:
-    """Builds the rollout batch of each step; see the module docstring."""
+    """Builds the rollout batch of each step; see the module docstring.
+
+    It plays on the mix's env instances (the mix owns them); ``aclose`` closes its runner.
+    """
 
     def __init__(
         self,
         policy: Policy,
         mix: EnvMix,
+        strategy: LossStrategy,
         *,
         sampling: SamplingParams,
         group_size: int,
         prompts_per_step: int,
-        dynamic_filtering: bool = True,
         max_rounds: int = 4,
         concurrency: int = 256,
         results_path: Any = None,
     ):
         self.mix = mix
+        self.strategy = strategy
         self.prompts_per_step = prompts_per_step
-        self.dynamic_filtering = dynamic_filtering
         self.max_rounds = max_rounds
-        self.timer = _BusyTimer(policy)
         self.runner = RolloutRunner(
-            self.timer,
+            policy,
             sampling=sampling,
             group_size=group_size,
             concurrency=concurrency,
-            env_kwargs=mix.env_kwargs,
+            envs=mix.envs,
             results_path=results_path,
         )
 
     def build(self) -> RolloutBatch:
         batch = RolloutBatch()
-        start, busy = time.perf_counter(), self.timer.busy_s
+        start, busy = time.perf_counter(), self.runner.generation_s
         while len(batch.groups) < self.prompts_per_step and batch.rounds < self.max_rounds:
             batch.rounds += 1
             played = self.runner.run(self.mix.sample(self.prompts_per_step - len(batch.groups)))
@@ -143,41 +130,27 @@ class BatchBuilder:
                 batch.played.append(group)
                 self._add_group(batch, group)
         batch.rollout_s = time.perf_counter() - start
-        batch.generation_s = self.timer.busy_s - busy
-        batch.generated_tokens = sum(
-            len(c.token_ids or ()) for g in batch.played for e in g.episodes for c in e.completions
-        )
+        batch.generation_s = self.runner.generation_s - busy
+        batch.generated_tokens = sum(e.trajectory.completion_tokens for g in batch.played for e in g.episodes)
         return batch
 
     def _add_group(self, batch: RolloutBatch, group: GroupResult) -> None:
-        import torch
-
-        from .losses import group_advantages
-
         problems = [episode_problem(e) for e in group.episodes]
         valid = [p is None for p in problems]
         batch.samples_masked += valid.count(False)
         batch.mask_reasons.update(f"{group.env_id}: {p[:120]}" for p in problems if p is not None)
-        rewards = [e.reward.value for e in group.episodes]
-        kept = [r for r, ok in zip(rewards, valid, strict=True) if ok]
-        if len(kept) < 2 and self.dynamic_filtering:
-            batch.groups_masked += 1
+        advantages = self.strategy.group_advantages([e.reward.value for e in group.episodes], valid)
+        if isinstance(advantages, str):
+            if advantages == FILTERED:
+                batch.groups_filtered += 1
+            else:
+                batch.groups_masked += 1
             return
-        if self.dynamic_filtering and max(kept) == min(kept):
-            batch.groups_filtered += 1
-            return
-        advantages = group_advantages(torch.tensor([rewards], dtype=torch.float64), torch.tensor([valid]))[0]
         batch.groups.append(group)
-        for episode, ok, advantage in zip(group.episodes, valid, advantages.tolist(), strict=True):
+        for episode, ok, advantage in zip(group.episodes, valid, advantages, strict=True):
             if not ok:
                 continue
-            for completion in episode.completions:
+            for seq in episode.trajectory.sequences():
                 batch.sequences.append(
-                    TrainSequence(
-                        prompt_ids=list(completion.prompt_token_ids or ()),
-                        response_ids=list(completion.token_ids or ()),
-                        advantage=float(advantage),
-                        env_id=group.env_id,
-                        logprobs=list(completion.logprobs) if completion.logprobs is not None else None,
-                    )
+                    TrainSequence(seq.prompt_ids, seq.response_ids, float(advantage), group.env_id, seq.logprobs, seq.loss_mask)
                 )

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import CascadeError
+from ..defaults import DEFAULT_CONCURRENCY, DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from ..mix import parse_mix
 
 
 class ConfigError(CascadeError):
@@ -52,13 +54,13 @@ class RolloutConfig:
     engine: str = "hf"
     group_size: int = 8
     prompts_per_step: int = 8
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS
     """Maximum response length; a response cut here scores 0 (overlong penalty)."""
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
     thinking: bool | None = None
     """Override every env's thinking mode (``None``: each env decides)."""
-    concurrency: int = 256
+    concurrency: int = DEFAULT_CONCURRENCY
     dynamic_filtering: bool = True
     """Drop groups whose rewards are all equal and draw fresh prompts instead."""
     max_rounds: int = 4
@@ -102,6 +104,8 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    algorithm: str = "grpo"
+    """The loss strategy (``trainer/strategies.py``): ``grpo``, or one a plugin registered."""
     name: str = "grpo"
     description: str = ""
 
@@ -110,22 +114,13 @@ class Config:
 
     def mix_weights(self) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
         """Weights and per-env kwargs of ``mix.envs`` (``rollout.thinking`` goes into every env's kwargs)."""
-        weights: dict[str, float] = {}
-        kwargs: dict[str, dict[str, Any]] = {}
-        for env_id, value in self.mix.envs.items():
-            if isinstance(value, dict):
-                unknown = set(value) - {"weight", "kwargs"}
-                if unknown:
-                    raise ConfigError(f"mix.envs.{env_id}: unknown key(s) {sorted(unknown)}; use weight and kwargs")
-                weights[env_id] = value.get("weight", 1.0)
-                kwargs[env_id] = dict(value.get("kwargs") or {})
-            else:
-                weights[env_id] = value
-                kwargs[env_id] = {}
-            if self.rollout.thinking is not None:
-                kwargs[env_id].setdefault("thinking", self.rollout.thinking)
-        if not weights:
-            raise ConfigError("mix.envs is empty: name at least one env id with its weight")
+        try:
+            weights, kwargs = parse_mix(self.mix.envs, source="mix.envs")
+        except CascadeError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.rollout.thinking is not None:
+            for env_kwargs in kwargs.values():
+                env_kwargs.setdefault("thinking", self.rollout.thinking)
         return weights, kwargs
 
 
@@ -306,6 +301,7 @@ def validate(config: Config) -> None:
         raise ConfigError(f"model.mixed_precision must be auto, bfloat16, float16 or no, got {config.model.mixed_precision!r}")
     if r.engine not in ("hf", "vllm"):
         raise ConfigError(f"rollout.engine must be 'hf' or 'vllm', got {r.engine!r}")
-    if r.group_size < 2:
-        raise ConfigError("rollout.group_size must be at least 2: GRPO compares rollouts within a group")
     config.mix_weights()
+    from .strategies import make_strategy
+
+    make_strategy(config)

@@ -10,31 +10,43 @@ the training model's weights after each optimizer step (``sync_weights``). Engin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from ..core import Completion, Message
-from ..rollout.policy import SamplingParams
+from ..policy import SamplingParams
 
 if TYPE_CHECKING:
     import torch
 
 
-@runtime_checkable
-class RolloutEngine(Protocol):
-    """A policy the runner can drive whose weights the trainer keeps current."""
+class RolloutEngine:
+    """A policy the runner can drive whose weights the trainer keeps current.
+
+    Subclasses implement ``agenerate``, ``sync_weights`` and ``aclose``; ``sleep``/``wake_up``
+    (free and restore the engine's accelerator memory around the optimizer phase) do nothing
+    unless the engine can sleep.
+    """
 
     async def agenerate(
         self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
-    ) -> Completion: ...
+    ) -> Completion:
+        raise NotImplementedError
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the next generations use ``model``'s current weights."""
-        ...
+        raise NotImplementedError
 
-    async def aclose(self) -> None: ...
+    def sleep(self) -> None:
+        """Free the engine's accelerator memory while the trainer steps (no-op by default)."""
+
+    def wake_up(self) -> None:
+        """Restore what ``sleep`` freed (no-op by default; the next generation may do it itself)."""
+
+    async def aclose(self) -> None:
+        """Stop the engine's background work."""
 
 
-class HFEngine:
+class HFEngine(RolloutEngine):
     """Generation with Hugging Face transformers (CPU or GPU) via ``HFPolicy``.
 
     By default it samples from the training model object, so rollouts always use the current

@@ -5,30 +5,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .batch import RolloutBatch, episode_problem
+from ..rollout.metrics import MixMetrics
+from .batch import RolloutBatch
 
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
-    """Rewards per env, filtering, truncation and response-length metrics of every episode played."""
-    metrics: dict[str, Any] = {}
-    per_env: dict[str, list[float]] = defaultdict(list)
-    lengths: list[int] = []
-    truncated = episodes = 0
-    for group in batch.played:
-        for episode in group.episodes:
-            episodes += 1
-            truncated += int(episode.truncated or episode.hit_length_limit)
-            lengths += [len(c.token_ids or ()) for c in episode.completions]
-            if episode_problem(episode) is None:
-                per_env[group.env_id].append(episode.reward.value)
-    scored = [r for values in per_env.values() for r in values]
-    metrics["reward/mean"] = _mean(scored)
-    for env_id, values in sorted(per_env.items()):
-        metrics[f"reward/{env_id}"] = _mean(values)
+    """Episode metrics of every episode played (``MixMetrics``, as ``eval`` reports them), plus the batch's."""
+    metrics = MixMetrics().add_groups(batch.played).as_metrics()
     metrics["batch/groups_played"] = float(len(batch.played))
     metrics["batch/groups_kept"] = float(len(batch.groups))
     metrics["batch/groups_filtered"] = float(batch.groups_filtered)
@@ -39,9 +25,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
     if batch.mask_reasons:
         metrics["batch/mask_reasons"] = dict(batch.mask_reasons.most_common(3))
     metrics["batch/sequences"] = float(len(batch.sequences))
-    metrics["rollout/truncation_rate"] = truncated / max(episodes, 1)
-    metrics["rollout/response_length"] = _mean(lengths)
-    metrics["rollout/response_length_max"] = float(max(lengths, default=0))
+    metrics["batch/trained_tokens"] = float(sum(s.trained_tokens for s in batch.sequences))
     metrics["time/generation_s"] = batch.generation_s
     metrics["time/scoring_s"] = max(batch.rollout_s - batch.generation_s, 0.0)
     metrics["throughput/generated_tokens"] = float(batch.generated_tokens)

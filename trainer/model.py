@@ -120,23 +120,30 @@ class MicroBatch:
     position_ids: Tensor
     response_ids: Tensor
     response_mask: Tensor
+    """1 on trained response tokens (sampled by the policy), 0 on env/template tokens and padding."""
     advantages: Tensor
     sequences: list[TrainSequence]
+    inference_logp: Tensor | None = None
+    """The engine's log-probs of the response tokens (NaN where it reported none), or None."""
 
 
 def collate(sequences: list[TrainSequence], pad_id: int, device: torch.device) -> MicroBatch:
     """Pack sequences in the left-padded-prompt / right-padded-response layout."""
     p = max(len(s.prompt_ids) for s in sequences)
     r = max(max(len(s.response_ids) for s in sequences), 1)
-    ids, attn, resp, rmask = [], [], [], []
+    nan = float("nan")
+    ids, attn, resp, rmask, inf = [], [], [], [], []
     for s in sequences:
         lp, lr = len(s.prompt_ids), len(s.response_ids)
         ids.append([pad_id] * (p - lp) + s.prompt_ids + s.response_ids + [pad_id] * (r - lr))
         attn.append([0] * (p - lp) + [1] * (lp + lr) + [0] * (r - lr))
         resp.append(s.response_ids + [pad_id] * (r - lr))
-        rmask.append([1] * lr + [0] * (r - lr))
+        rmask.append(list(s.loss_mask or [1] * lr) + [0] * (r - lr))
+        logprobs = s.logprobs if s.logprobs is not None and len(s.logprobs) == lr else [nan] * lr
+        inf.append([v if m else nan for v, m in zip(logprobs, rmask[-1], strict=False)] + [nan] * (r - lr))
     attention_mask = torch.tensor(attn, dtype=torch.long, device=device)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    has_inference = any(s.logprobs is not None for s in sequences)
     return MicroBatch(
         input_ids=torch.tensor(ids, dtype=torch.long, device=device),
         attention_mask=attention_mask,
@@ -145,6 +152,7 @@ def collate(sequences: list[TrainSequence], pad_id: int, device: torch.device) -
         response_mask=torch.tensor(rmask, dtype=torch.float32, device=device),
         advantages=torch.tensor([s.advantage for s in sequences], dtype=torch.float32, device=device),
         sequences=sequences,
+        inference_logp=torch.tensor(inf, dtype=torch.float32, device=device) if has_inference else None,
     )
 
 

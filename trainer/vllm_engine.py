@@ -49,7 +49,8 @@ from typing import Any
 
 from .._extras import require
 from ..core import CascadeError, Completion, Message
-from ..rollout.policy import PolicyError, SamplingParams, render_chat_prompt
+from ..policy import PolicyError, SamplingParams, render_chat_prompt
+from .engine import RolloutEngine
 
 log = logging.getLogger("cascade_envs.trainer.vllm")
 
@@ -63,7 +64,7 @@ class _Request:
     future: concurrent.futures.Future
 
 
-class VLLMEngine:
+class VLLMEngine(RolloutEngine):
     """A ``RolloutEngine`` backed by an in-process ``vllm.LLM``.
 
     ``model`` is a local checkpoint folder or the trainer's model (a transformers

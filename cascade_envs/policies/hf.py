@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel  # noqa: E402
 
 from ..core import CascadeError, Completion, Message  # noqa: E402
-from ..rollout.policy import PolicyError, SamplingParams, render_chat_prompt  # noqa: E402
+from ..policy import PolicyError, SamplingParams, render_chat_prompt  # noqa: E402
 from .decoding import GenRequest, generate_batch  # noqa: E402
 
 _SEED_MOD = 2**63

@@ -1,12 +1,13 @@
-"""Rollouts: policies and the concurrent episode runner."""
+"""Rollouts: the concurrent episode runner (and, re-exported, the policy protocol it drives)."""
 
-from .policy import OpenAIChatPolicy, Policy, PolicyError, SamplingParams, make_policy
+from ..policy import ContextOverflowError, Policy, PolicyError, SamplingParams
+from ..policies import make_policy
 from .runner import EpisodeResult, GroupResult, RolloutRunner, run_rollouts
 
 __all__ = [
+    "ContextOverflowError",
     "EpisodeResult",
     "GroupResult",
-    "OpenAIChatPolicy",
     "Policy",
     "PolicyError",
     "RolloutRunner",

@@ -1,9 +1,18 @@
 """The rollout runner: episodes of any env mix, concurrently, in one event loop.
 
-Each task is played ``group_size`` times (a GRPO group). Every episode of the run ends up in the
-results — scored, or marked with the error that stopped it (a dead policy server, a broken task)
-as a masked reward — and each finished group is appended to the results file at once, so a crash
-loses nothing already done.
+Each task is played ``group_size`` times (a GRPO group). Per episode the runner drives the policy
+and the env turn by turn, recording a ``Trajectory`` (token ids, logprobs, timings per turn); it
+enforces the episode's wall-clock deadline and token budget and ends an episode whose context
+overflows as truncated. When a group's episodes have ended it scores them through the env's one
+scoring path (``Env.ascore_episodes``), then releases each episode's state.
+
+Every episode of the run ends up in the results — scored, or marked with the error that stopped it
+(a dead policy server, a broken task) as a masked reward — and each finished group is appended to
+the results file at once, so a crash loses nothing already done.
+
+Envs: the runner plays on the env instances it is given (``envs=``, e.g. an ``EnvMix``'s, owned by
+the caller) and makes the others once per env id, owning them: ``aclose`` (or ``async with``)
+closes those, with every client, pool and sandbox they hold.
 """
 
 from __future__ import annotations
@@ -11,22 +20,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core import Completion, Message, Reward, Task
 from ..data import task_id
-from ..env import Env, run_sync
+from ..defaults import DEFAULT_CONCURRENCY
+from ..env import Env, Episode, run_sync
+from ..policy import ContextOverflowError, Policy, SamplingParams
 from ..registry import make
-from .policy import Policy, SamplingParams
+from ..trajectory import Trajectory, TurnRecord
+
+log = logging.getLogger("cascade_envs.rollout")
 
 
 @dataclass
 class EpisodeResult:
-    """One played episode."""
+    """One played episode, as the runner reports it."""
 
     env_id: str
     task_id: str
@@ -40,6 +54,7 @@ class EpisodeResult:
     truncated: bool = False
     error: str | None = None
     elapsed_s: float = 0.0
+    trajectory: Trajectory = field(default_factory=Trajectory)
 
     @property
     def hit_length_limit(self) -> bool:
@@ -52,6 +67,7 @@ class EpisodeResult:
         return self.completions[-1] if self.completions else Completion("")
 
     def to_dict(self) -> dict[str, Any]:
+        """The results-file record; each response's text is stored once (in ``messages``)."""
         return {
             "env_id": self.env_id,
             "task_id": self.task_id,
@@ -66,7 +82,7 @@ class EpisodeResult:
             "error": self.error,
             "elapsed_s": round(self.elapsed_s, 4),
             "messages": self.messages,
-            "completions": [c.to_dict() for c in self.completions],
+            "trajectory": self.trajectory.to_dict(),
         }
 
 
@@ -85,7 +101,10 @@ class GroupResult:
 
 
 class RolloutRunner:
-    """Plays ``(env_id, task)`` items with a policy; see ``arun``."""
+    """Plays ``(env_id, task)`` items with a policy; see the module docstring and ``arun``.
+
+    ``episode_timeout_s`` and ``max_episode_tokens`` are the defaults for envs that set none.
+    """
 
     def __init__(
         self,
@@ -93,11 +112,13 @@ class RolloutRunner:
         *,
         sampling: SamplingParams | None = None,
         group_size: int = 1,
-        concurrency: int = 64,
-        env_kwargs: dict[str, dict[str, Any]] | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        envs: Mapping[str, Env] | None = None,
+        env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         results_path: str | Path | None = None,
         progress: bool = False,
-        env_factory: Callable[[str], Env] | None = None,
+        episode_timeout_s: float | None = None,
+        max_episode_tokens: int | None = None,
     ):
         if group_size < 1 or concurrency < 1:
             raise ValueError("group_size and concurrency must be at least 1")
@@ -105,11 +126,49 @@ class RolloutRunner:
         self.sampling = sampling or SamplingParams()
         self.group_size = group_size
         self.concurrency = concurrency
-        self.env_kwargs = env_kwargs or {}
+        self.env_kwargs = {k: dict(v) for k, v in (env_kwargs or {}).items()}
         self.results_path = Path(results_path) if results_path else None
         self.progress = progress
-        self._env_factory = env_factory or (lambda env_id: make(env_id, **self.env_kwargs.get(env_id, {})))
-        self._scorers: dict[str, Env] = {}
+        self.episode_timeout_s = episode_timeout_s
+        self.max_episode_tokens = max_episode_tokens
+        self._given: dict[str, Env] = dict(envs or {})
+        self._owned: dict[str, Env] = {}
+        self._warned_prefix: set[str] = set()
+        self._generating = 0
+        self._busy_since = 0.0
+        self.generation_s = 0.0
+        """Wall-clock seconds during which at least one generation was in flight (all runs)."""
+
+    # ----- envs and lifecycle --------------------------------------------------------------------
+
+    def env(self, env_id: str) -> Env:
+        """The env instance that plays ``env_id`` in this runner (made once, on first use)."""
+        if env_id in self._given:
+            return self._given[env_id]
+        if env_id not in self._owned:
+            env = make(env_id, **self.env_kwargs.get(env_id, {}))
+            if not isinstance(env, Env):
+                raise TypeError(f"{env_id} is a {type(env).__name__}, not a cascade_envs.Env: the runner cannot play it")
+            self._owned[env_id] = env
+        return self._owned[env_id]
+
+    async def aclose(self) -> None:
+        """Close the envs this runner made (not those it was given)."""
+        owned, self._owned = self._owned, {}
+        for env in owned.values():
+            with contextlib.suppress(Exception):
+                await env.aclose()
+
+    def close(self) -> None:
+        run_sync(self.aclose())
+
+    async def __aenter__(self) -> RolloutRunner:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # ----- running -------------------------------------------------------------------------------
 
     async def arun(self, items: Iterable[tuple[str, Task]]) -> list[GroupResult]:
         """Play every item ``group_size`` times; return the groups in input order."""
@@ -122,11 +181,13 @@ class RolloutRunner:
 
         async def play_group(index: int, env_id: str, task: Task) -> GroupResult:
             group = GroupResult(env_id, _safe_task_id(task), task)
-            episodes = [
-                self._episode(semaphore, env_id, task, group.task_id, index, s, bar) for s in range(self.group_size)
-            ]
-            group.episodes = list(await asyncio.gather(*episodes))
-            await self._score_group(group)
+            try:
+                env: Env | None = self.env(env_id)
+            except Exception as exc:
+                env, error = None, f"cannot make {env_id}: {type(exc).__name__}: {exc}"
+                group.episodes = [_failed(env_id, group.task_id, index, s, error) for s in range(self.group_size)]
+            if env is not None:
+                await self._play_group(env, group, index, semaphore, bar)
             if out:
                 out.write("".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in group.episodes))
                 out.flush()
@@ -142,73 +203,118 @@ class RolloutRunner:
     def run(self, items: Iterable[tuple[str, Task]]) -> list[GroupResult]:
         return run_sync(self.arun(items))
 
+    async def _play_group(self, env: Env, group: GroupResult, index: int, semaphore: asyncio.Semaphore, bar: Any) -> None:
+        played = await asyncio.gather(
+            *(self._episode(semaphore, env, group, index, s, bar) for s in range(self.group_size))
+        )
+        group.episodes = [result for result, _ in played]
+        scorable = [(r, e) for r, e in played if e is not None and r.error is None]
+        try:
+            rewards = await env.ascore_episodes([e for _, e in scorable]) if scorable else []
+        except Exception as exc:  # the scoring path masks its own failures; this is a last guard
+            rewards = [Reward.failed(f"scoring raised {type(exc).__name__}: {exc}")] * len(scorable)
+        for (result, _), reward in zip(scorable, rewards, strict=True):
+            result.reward = reward
+        await asyncio.gather(*(env.aend(e) for _, e in played if e is not None))
+
     async def _episode(
-        self,
-        semaphore: asyncio.Semaphore,
-        env_id: str,
-        task: Task,
-        task_key: str,
-        group: int,
-        sample: int,
-        bar: Any,
-    ) -> EpisodeResult:
+        self, semaphore: asyncio.Semaphore, env: Env, group: GroupResult, index: int, sample: int, bar: Any
+    ) -> tuple[EpisodeResult, Episode | None]:
         async with semaphore:
             start = time.perf_counter()
-            result = EpisodeResult(env_id, task_key, group, sample, [], [], Reward(0.0))
-            env: Env | None = None
+            result = EpisodeResult(group.env_id, group.task_id, index, sample, [], [], Reward(0.0))
+            episode: Episode | None = None
             try:
-                env = self._env_factory(env_id)
-                await self._play(env, task, result)
+                episode = await env.astart(group.task)
+                await self._play_within_deadline(env, episode, result)
             except Exception as exc:
                 result.error = f"{type(exc).__name__}: {exc}"
                 result.reward = Reward.failed(result.error)
             finally:
-                if env is not None:
-                    await _close_quietly(env)
+                if episode is not None:
+                    result.messages, result.completions = episode.messages, episode.completions
+                    result.turns, result.terminated, result.truncated = episode.turns, episode.terminated, episode.truncated
                 result.elapsed_s = time.perf_counter() - start
                 bar.update(1)
-            return result
+            self._check_prefix(group.env_id, result.trajectory)
+            return result, episode
 
-    async def _play(self, env: Env, task: Task, result: EpisodeResult) -> None:
-        observation, info = await env.areset(options={"task": task})
-        result.messages = list(observation)
-        thinking = bool(info.get("thinking", True))
-        while True:
-            completion = await self.policy.agenerate(result.messages, sampling=self.sampling, thinking=thinking)
-            result.completions.append(completion)
-            result.messages.append({"role": "assistant", "content": str(completion)})
-            observation, _, terminated, truncated, step_info = await env.astep(completion)
-            result.turns += 1
-            result.messages.extend(observation)
-            result.reward = step_info["reward"]
-            if terminated or truncated:
-                result.terminated, result.truncated = terminated, truncated
-                return
-
-    async def _score_group(self, group: GroupResult) -> None:
-        """Rescore with ``ascore_group`` for envs whose group reward is more than per-sample."""
-        played = [e for e in group.episodes if e.error is None]
-        if not played:
+    async def _play_within_deadline(self, env: Env, episode: Episode, result: EpisodeResult) -> None:
+        deadline = env.episode_timeout_s or self.episode_timeout_s
+        if deadline is None:
+            await self._play(env, episode, result.trajectory)
             return
+        scope = asyncio.timeout(deadline)
         try:
-            scorer = self._scorers.get(group.env_id) or self._env_factory(group.env_id)
-            self._scorers[group.env_id] = scorer
-            if not type(scorer).scores_groups:
+            async with scope:
+                await self._play(env, episode, result.trajectory)
+        except TimeoutError:
+            if not scope.expired() or episode.done:
+                raise
+            await env.atruncate(episode, f"episode deadline of {deadline:g} s reached")
+
+    async def _play(self, env: Env, episode: Episode, trajectory: Trajectory) -> None:
+        budget = env.max_episode_tokens or self.max_episode_tokens
+        while not episode.done:
+            started = time.perf_counter()
+            try:
+                completion = await self._generate(list(episode.messages), episode.thinking)
+            except ContextOverflowError as exc:
+                if episode.turns == 0:
+                    raise  # the task's own prompt does not fit: not the model's doing
+                await env.atruncate(episode, f"context overflow: {exc}")
                 return
-            rewards = await scorer.ascore_group(group.task, [e.response for e in played])
-        except Exception as exc:
-            rewards = [Reward.failed(f"group scoring raised {type(exc).__name__}: {exc}")] * len(played)
-        for episode, reward in zip(played, rewards, strict=True):
-            episode.reward = reward
+            generated = time.perf_counter()
+            await env.aadvance(episode, completion)
+            trajectory.turns.append(
+                TurnRecord(
+                    completion.prompt_token_ids,
+                    completion.token_ids,
+                    completion.logprobs,
+                    completion.finish_reason,
+                    generate_s=generated - started,
+                    env_s=time.perf_counter() - generated,
+                )
+            )
+            if budget is not None and not episode.done and _episode_tokens(episode, trajectory) >= budget:
+                await env.atruncate(episode, f"token budget of {budget} reached")
+
+    async def _generate(self, messages: list[Message], thinking: bool) -> Completion:
+        """One policy call, counted in ``generation_s`` (time with any generation in flight)."""
+        if self._generating == 0:
+            self._busy_since = time.perf_counter()
+        self._generating += 1
+        try:
+            return await self.policy.agenerate(messages, sampling=self.sampling, thinking=thinking)
+        finally:
+            self._generating -= 1
+            if self._generating == 0:
+                self.generation_s += time.perf_counter() - self._busy_since
+
+    def _check_prefix(self, env_id: str, trajectory: Trajectory) -> None:
+        broken = trajectory.has_tokens and trajectory.prefix_broken_at
+        if broken and env_id not in self._warned_prefix:
+            self._warned_prefix.add(env_id)
+            log.warning(
+                "%s: turn %d's prompt does not extend the previous prompt and completion (the chat template "
+                "rewrites the history), so its episodes train as one sequence per turn", env_id, broken + 1,
+            )
+
+
+def _episode_tokens(episode: Episode, trajectory: Trajectory) -> int:
+    """Tokens the episode holds so far: the last prompt + its completion (or ~4 characters a token)."""
+    last = trajectory.turns[-1] if trajectory.turns else None
+    if last is not None and last.has_tokens:
+        return len(last.prompt_ids or ()) + len(last.completion_ids or ())
+    return sum(len(str(m.get("content") or "")) for m in episode.messages) // 4
+
+
+def _failed(env_id: str, key: str, group: int, sample: int, error: str) -> EpisodeResult:
+    return EpisodeResult(env_id, key, group, sample, [], [], Reward.failed(error), error=error)
 
 
 def _safe_task_id(task: Any) -> str:
     return task_id(task) if isinstance(task, dict) else "<invalid>"
-
-
-async def _close_quietly(env: Env) -> None:
-    with contextlib.suppress(Exception):  # closing must not turn a scored episode into an error
-        await env.aclose()
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
@@ -218,5 +324,10 @@ def _progress_bar(total: int, enabled: bool) -> Any:
 
 
 def run_rollouts(policy: Policy, items: Iterable[tuple[str, Task]], **kwargs: Any) -> list[GroupResult]:
-    """Sync convenience around ``RolloutRunner(policy, **kwargs).run(items)``."""
-    return RolloutRunner(policy, **kwargs).run(items)
+    """Sync convenience: play ``items`` with a fresh runner and close the envs it made."""
+
+    async def play() -> list[GroupResult]:
+        async with RolloutRunner(policy, **kwargs) as runner:
+            return await runner.arun(items)
+
+    return run_sync(play())

@@ -1,26 +1,25 @@
 """Client of the verification service (``cascade-envs serve-sandbox``) for ``CodeEnv(verifier_url=...)``.
 
-Back-pressure answers (429, 503) are retried with exponential backoff until the request's
-deadline; anything else that goes wrong (service down, 5xx, a malformed answer) becomes a masked
-reward carrying the error — never a silent 0.
+Requests go through the kernel's ``RetryingClient``: back-pressure (429) is retried with backoff
+until the request's deadline, transport errors, 5xx and malformed answers a few times, spread over
+the services named (least loaded first, one that refused a connection last). What still fails
+becomes a masked reward carrying the error — never a silent 0.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
-import time
 import weakref
 from dataclasses import asdict
 from typing import Any
 
-import httpx
-
 from ...core import Reward
+from ...http import HTTPRequestError, RetryingClient
 from .judge import JudgeConfig
 
-RETRY_STATUSES = (429, 503)
-DOWN_S = 5.0
+CONNECT_TIMEOUT_S = 10.0
+SLACK_S = 10.0
+"""How long past its deadline a verification may take to come back (the service answers 504 at it)."""
 
 
 class VerifierClient:
@@ -32,51 +31,38 @@ class VerifierClient:
         self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
         if not self.urls:
             raise ValueError("verifier_url: no service URL given")
-        self.in_flight = [0] * len(self.urls)
-        self.down_until = [0.0] * len(self.urls)
-        """A service that refused a connection is tried last for a few seconds."""
         self.timeout_s = timeout_s
-        self.config = {k: v for k, v in asdict(config or JudgeConfig()).items() if k not in ("cpp_flags", "cache_size", "max_concurrency")}
+        self.config = {k: v for k, v in asdict(config or JudgeConfig()).items()
+                       if k not in ("cpp_flags", "cache_size", "max_concurrency")}
         self.connect_retries = connect_retries
         self.max_connections = max_connections
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RetryingClient] = (
             weakref.WeakKeyDictionary())
 
-    def _client(self) -> httpx.AsyncClient:
-        """One connection pool per event loop (sync callers may use a new loop each time)."""
+    def _client(self) -> RetryingClient:
+        """One client per event loop (sync callers may use a new loop each time)."""
         loop = asyncio.get_running_loop()
         if loop not in self._clients:
-            self._clients[loop] = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s + 10, connect=10),
-                                                    limits=httpx.Limits(max_connections=self.max_connections))
+            self._clients[loop] = RetryingClient(
+                self.urls,
+                timeout_s=self.timeout_s + SLACK_S,
+                connect_timeout_s=CONNECT_TIMEOUT_S,
+                max_retries=self.connect_retries * len(self.urls),
+                backoff_s=0.05,
+                max_backoff_s=2.0,
+                retry_budget_s=self.timeout_s,
+                concurrency=self.max_connections,
+            )
         return self._clients[loop]
 
     async def verify(self, task: dict[str, Any], answer: str) -> Reward:
         payload = {"task": task, "answer": answer, "config": self.config, "deadline_s": self.timeout_s}
-        deadline = time.monotonic() + self.timeout_s
-        delay, failures = 0.05, 0
-        while True:
-            now = time.monotonic()
-            index = min(range(len(self.urls)),
-                        key=lambda i: (self.down_until[i] > now, self.in_flight[i], random.random()))
-            url = self.urls[index]
-            self.in_flight[index] += 1
-            try:
-                response = await self._client().post(f"{url}/verify", json=payload)
-            except httpx.HTTPError as exc:
-                failures += 1
-                self.down_until[index] = time.monotonic() + DOWN_S
-                if failures > self.connect_retries * len(self.urls) or time.monotonic() > deadline:
-                    return Reward.failed(f"verification service unreachable at {url}: {type(exc).__name__}: {exc}")
-            else:
-                if response.status_code == 200:
-                    return _reward(response)
-                if response.status_code not in RETRY_STATUSES or time.monotonic() > deadline:
-                    return Reward.failed(f"verification service at {url} answered {response.status_code}: "
-                                         f"{response.text[:300]}")
-            finally:
-                self.in_flight[index] -= 1
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 2.0)
+        try:
+            data = await self._client().request_json("POST", "/verify", payload)
+        except HTTPRequestError as exc:
+            what = "unreachable" if exc.status is None else "failed"
+            return Reward.failed(f"verification service {what}: {exc}")
+        return _reward(data)
 
     async def aclose(self) -> None:
         client = self._clients.pop(asyncio.get_running_loop(), None)
@@ -84,10 +70,10 @@ class VerifierClient:
             await client.aclose()
 
 
-def _reward(response: httpx.Response) -> Reward:
+def _reward(data: Any) -> Reward:
     try:
-        data = response.json()["reward"]
-        return Reward(data["value"], data.get("components") or {}, data.get("reason"), data.get("error"),
-                      bool(data.get("masked")))
+        reward = data["reward"]
+        return Reward(reward["value"], reward.get("components") or {}, reward.get("reason"), reward.get("error"),
+                      bool(reward.get("masked")))
     except Exception as exc:
         return Reward.failed(f"malformed answer from the verification service: {type(exc).__name__}: {exc}")

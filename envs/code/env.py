@@ -9,14 +9,12 @@ Tests run in a sandbox here, on a verification service when ``verifier_url`` is 
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from ...core import Reward, Task
 from ...data import prompt_messages
 from ...env import Env
 from ...sandbox import Sandbox
-from ...shared import config_key, shared
 from .judge import Judge, JudgeConfig
 from .task import parse_code_task
 
@@ -55,29 +53,17 @@ class CodeEnv(Env):
                              stop_at_first_failure=stop_at_first_failure, max_concurrency=max_concurrency)
         if verifier_url and ray_actors is not None:
             raise ValueError("pass verifier_url= (HTTP service) or ray_actors= (Ray actors), not both")
-        # Shared per process and configuration: the runner makes an env per episode, and the judge's
-        # concurrency bound, compile cache and the remote clients must span the whole run.
-        sandbox_key = sandbox if isinstance(sandbox, (str, type(None))) else id(sandbox)
-        key = config_key(sandbox_key, asdict(config))
-        self.judge = shared("code.judge", key, lambda: Judge(sandbox, config))
+        # Run-wide resources, owned by this env (it serves every episode of a run) and closed by aclose.
+        self.judge = Judge(sandbox, config)
         self.client: Any = None
         if verifier_url:
             from .client import VerifierClient
 
-            self.client = shared(
-                "code.verifier_client",
-                config_key(verifier_url, verifier_timeout_s, key),
-                lambda: VerifierClient(verifier_url, timeout_s=verifier_timeout_s, config=config),
-            )
+            self.client = VerifierClient(verifier_url, timeout_s=verifier_timeout_s, config=config)
         elif ray_actors is not None:
             from .ray_verifier import RayVerifier
 
-            ray_sandbox = sandbox if isinstance(sandbox, str) else None
-            self.client = shared(
-                "code.ray_verifier",
-                config_key(ray_actors, key),
-                lambda: RayVerifier(ray_actors, sandbox=ray_sandbox, config=config),
-            )
+            self.client = RayVerifier(ray_actors, sandbox=sandbox if isinstance(sandbox, str) else None, config=config)
 
     def load_task(self, row: dict[str, Any]) -> Task:
         prompt_messages(row)
@@ -88,4 +74,10 @@ class CodeEnv(Env):
         if self.client is not None:
             return await self.client.verify(task, answer)
         return await self.judge.ascore(parse_code_task(task), answer)
+
+    async def aclose(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            await client.aclose()
+        await super().aclose()
 

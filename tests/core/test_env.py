@@ -90,7 +90,7 @@ def test_multi_turn_tool_episode_and_turn_limit():
     assert "invalid JSON" in obs[0]["content"] and not terminated
     obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "lookup", "arguments": {}}</tool_call>')
     assert truncated and not terminated and reward == 0.0 and "turn limit of 3" in info["reward"].reason
-    assert [m["role"] for m in env.messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool"]
+    assert [m["role"] for m in env.episode.messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool"]
 
 
 def test_thinking_mode_is_configurable():
@@ -99,7 +99,7 @@ def test_thinking_mode_is_configurable():
 
 def test_group_scoring_default_scores_each_response():
     env = ExactAnswerEnv()
-    rewards = asyncio.run(env.ascore_group(TASK, ["4", "5", "<think>4</think>4"]))
+    rewards = asyncio.run(env.ascore_responses(TASK, ["4", "5", "<think>4</think>4"]))
     assert [r.value for r in rewards] == [1.0, 0.0, 1.0]
 
 
@@ -113,7 +113,7 @@ def test_sync_api_works_inside_a_running_loop():
 
 
 def test_gymnasium_make_builds_registered_envs():
-    cascade_envs.registry()
+    cascade_envs.env_specs()
     env = gymnasium.make("toy/ExactAnswer-v0")
     obs, _ = env.reset(options={"task": TASK})
     assert env.observation_space.contains(obs)

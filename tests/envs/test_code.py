@@ -282,11 +282,20 @@ def test_a_dead_sandbox_gives_a_masked_reward():
     assert reward.masked and "sandbox" in reward.error
 
 
-def test_env_instances_share_one_judge_per_configuration():
-    """One env per episode must not mean one judge per episode (concurrency bound, compile cache)."""
-    a, b = CodeEnv(tasks=[TASK_FOR_SHARING]), CodeEnv(tasks=[TASK_FOR_SHARING])
-    assert a.judge is b.judge
-    assert CodeEnv(tasks=[TASK_FOR_SHARING], time_limit_s=1.5).judge is not a.judge
+def test_one_env_serves_concurrent_episodes_with_one_judge_and_closes_its_client():
+    """An env lives for a run: every episode uses its judge (one concurrency bound, one compile cache)."""
+    import asyncio
+
+    env = CodeEnv(tasks=[TASK_FOR_SHARING], verifier_url="http://127.0.0.1:9")
+
+    async def play():
+        episodes = [await env.astart(TASK_FOR_SHARING) for _ in range(3)]
+        return {id(env.judge) for _ in episodes}, env.client
+
+    judges, client = asyncio.run(play())
+    assert len(judges) == 1 and client is not None
+    env.close()
+    assert env.client is None
 
 
 TASK_FOR_SHARING = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1\n"], "outputs": ["1\n"]}}}

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from cascade_envs.envs.code.env import CodeEnv
-from cascade_envs.shared import forget
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cascade-envs[ray]')")
 
@@ -34,21 +33,21 @@ def local_ray():
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(autouse=True)
-def _release_actor_pools():
-    """Actor pools are shared per process; free this test's CPUs for the next one."""
-    yield
-    for verifier in forget("code.ray_verifier"):
-        asyncio.run(verifier.aclose())
+@pytest.fixture
+def envs():
+    """Envs made by a test; closing one releases its actor pool, freeing the CPUs for the next test."""
+    made: list[CodeEnv] = []
+    yield made
+    for env in made:
+        env.close()
 
 
 @pytest.mark.slow
-def test_scores_through_ray_actors_like_locally(local_ray):
+def test_scores_through_ray_actors_like_locally(local_ray, envs):
     remote = CodeEnv(tasks=[TASK], ray_actors=2, time_limit_s=2)
     local = CodeEnv(tasks=[TASK], time_limit_s=2)
+    envs += [remote, local]
     assert len(remote.client.actors) == 2
-    # the runner makes an env per episode: they must all use the one actor pool
-    assert CodeEnv(tasks=[TASK], ray_actors=2, time_limit_s=2).client is remote.client
 
     async def go(env, answers):
         return await asyncio.gather(*(env.areward(TASK, a) for a in answers))
@@ -59,8 +58,9 @@ def test_scores_through_ray_actors_like_locally(local_ray):
 
 
 @pytest.mark.slow
-def test_a_dead_actor_gives_a_masked_reward_then_recovers(local_ray):
+def test_a_dead_actor_gives_a_masked_reward_then_recovers(local_ray, envs):
     env = CodeEnv(tasks=[TASK], ray_actors=1, time_limit_s=2)
+    envs.append(env)
     actor = env.client.actors[0]
     assert asyncio.run(env.areward(TASK, GOOD)).value == 1
     ray.kill(actor, no_restart=False)
@@ -77,3 +77,14 @@ def test_a_dead_actor_gives_a_masked_reward_then_recovers(local_ray):
 def test_choosing_both_transports_is_an_error():
     with pytest.raises(ValueError, match="not both"):
         CodeEnv(tasks=[TASK], verifier_url="http://x", ray_actors=1)
+
+
+@pytest.mark.slow
+def test_closing_the_env_kills_its_actors(local_ray):
+    env = CodeEnv(tasks=[TASK], ray_actors=1, time_limit_s=2)
+    actor = env.client.actors[0]
+    assert asyncio.run(env.areward(TASK, GOOD)).value == 1
+    env.close()
+    assert env.client is None
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.ready.remote(), timeout=30)

@@ -49,7 +49,7 @@ def test_every_bundled_task_is_solved_by_its_solution(env: CountdownEnv) -> None
 
 def test_full_episode_through_gymnasium_api(env: CountdownEnv) -> None:
     obs, info = env.reset(seed=3)
-    task = env.task
+    task = env.episode.task
     assert obs[0]["role"] == "user" and str(task["target"]) in obs[0]["content"]
     assert "solution" not in obs[0]["content"] and task["solution"] not in obs[0]["content"]
     assert info["task_id"] == task["id"]
@@ -57,7 +57,7 @@ def test_full_episode_through_gymnasium_api(env: CountdownEnv) -> None:
     assert (reward, terminated, truncated) == (1.0, True, False)
     assert info["reward"].components["result"] == str(task["target"])
     env.reset(seed=3)
-    assert env.task == task  # seeded sampling is reproducible
+    assert env.episode.task == task  # seeded sampling is reproducible
 
 
 @pytest.mark.parametrize(

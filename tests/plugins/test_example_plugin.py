@@ -155,7 +155,7 @@ def test_discovered_lazily_with_its_distribution(installed: Plugin, tmp_path: Pa
             "after_import": after_import, "after_discovery": after_discovery,
             "spec": [spec.plugin, spec.distribution, spec.version, spec.entry_point],
             "file": sys.modules["cascade_envs_example"].__file__,
-            "ids": sorted(cascade_envs.registry()), "ntasks": len(env.tasks),
+            "ids": sorted(cascade_envs.env_specs()), "ntasks": len(env.tasks),
         }))
     """, tmp_path)
     assert result["after_import"] == []  # `import cascade_envs` does not run discovery
@@ -176,7 +176,7 @@ def test_gymnasium_make_with_module_prefix_scores_an_episode(installed: Plugin, 
         rewards = []
         for answer in ("solution", "1 + 1"):
             obs, info = env.reset(seed=7)
-            task = env.unwrapped.task
+            task = env.unwrapped.episode.task
             text = task["solution"] if answer == "solution" else answer
             _, reward, terminated, truncated, info = env.step(f"<think>...</think><answer>{text}</answer>")
             rewards.append([reward, terminated, truncated, info["reward"].reason])
@@ -196,7 +196,7 @@ def test_plain_gymnasium_make_after_registry_and_plain_gym_env(installed: Plugin
         import cascade_envs
 
         before = "example/Countdown-v0" in gymnasium.registry
-        cascade_envs.registry()
+        cascade_envs.env_specs()
         countdown = gymnasium.make("example/Countdown-v0")
         countdown.reset(options={"task": {"nums": [3, 5, 2], "target": 16}})
         good = countdown.step("<answer>(3 + 5) * 2</answer>")[1]
@@ -222,8 +222,8 @@ def test_broken_plugins_are_reported_once_and_isolated(
         import cascade_envs
         from cascade_envs.plugins.manager import failures
 
-        ids = sorted(cascade_envs.registry())
-        cascade_envs.registry()  # a second access does not rediscover
+        ids = sorted(cascade_envs.env_specs())
+        cascade_envs.env_specs()  # a second access does not rediscover
         errors = {}
         for env_id in ("broken/Hook-v0", "broken/Import-v0"):
             try:
@@ -272,7 +272,7 @@ def test_disable_autoload_hides_third_party_envs_only(
             error = None
         except cascade_envs.UnknownIdError as exc:
             error = str(exc)
-        print(json.dumps({"ids": sorted(cascade_envs.registry()), "error": error, "failures": len(failures()),
+        print(json.dumps({"ids": sorted(cascade_envs.env_specs()), "error": error, "failures": len(failures()),
                           "builtins": sorted(cascade_envs.envs.BUILTIN_ENVS)}))
     """, tmp_path, probe=True, pythonpath=broken_plugins, disable=value)
     assert set(result["builtins"]) <= set(result["ids"]) and PROBE_BUILTIN in result["ids"]
@@ -301,7 +301,7 @@ def test_uninstall_removes_the_envs(installed: Plugin, tmp_path: Path) -> None:
             gymnasium.make("cascade_envs.gym:example/Countdown-v0")
         except gymnasium.error.Error as exc:
             messages["gymnasium"] = f"{type(exc).__name__}: {exc}"
-        print(json.dumps({"ids": sorted(cascade_envs.registry()), "messages": messages}))
+        print(json.dumps({"ids": sorted(cascade_envs.env_specs()), "messages": messages}))
     """, tmp_path)
     assert not any(env_id.startswith("example/") for env_id in result["ids"])
     assert "unknown environment 'example/Countdown-v0'" in result["messages"]["cascade"]

@@ -11,7 +11,7 @@ import torch
 from cascade_envs.core import CascadeError
 from cascade_envs.policies import embedded
 from cascade_envs.policies.hf import HFPolicy
-from cascade_envs.rollout.policy import SamplingParams
+from cascade_envs.policy import SamplingParams
 
 
 def test_cached_model_loads_fast(embedded_dir):

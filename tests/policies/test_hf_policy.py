@@ -9,7 +9,7 @@ import torch
 from cascade_envs.core import CascadeError
 from cascade_envs.policies import hf as hf_module
 from cascade_envs.policies.hf import HFPolicy
-from cascade_envs.rollout.policy import Policy, PolicyError, SamplingParams
+from cascade_envs.policy import Policy, PolicyError, SamplingParams
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 STORY = [{"role": "user", "content": "Tell me a short story about a dragon."}]

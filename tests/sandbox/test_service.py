@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from cascade_envs.envs.code.env import CodeEnv
-from cascade_envs.sandbox.service import BackgroundService as Server
+from cascade_envs.envs.code.service import BackgroundService as Server
 
 TASK = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}}}
 GOOD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"

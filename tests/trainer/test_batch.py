@@ -9,10 +9,12 @@ import cascade_envs
 from cascade_envs.core import Completion
 from cascade_envs.env import run_sync
 from cascade_envs.mix import EnvMix
-from cascade_envs.rollout.policy import SamplingParams
+from cascade_envs.policy import SamplingParams
 from cascade_envs.trainer.batch import BatchBuilder
+from cascade_envs.trainer.config import Config
 from cascade_envs.trainer.engine import HFEngine, RolloutEngine
 from cascade_envs.trainer.model import collate, response_logits, token_logprobs
+from cascade_envs.trainer.strategies import GRPO
 from tests.trainer.toys import tiny_model, tiny_tokenizer
 
 
@@ -26,13 +28,15 @@ def engine():
 
 
 def builder(engine, env_id, *, max_tokens=6, group_size=4, prompts=3, dynamic_filtering=True, max_rounds=2):
+    config = Config()
+    config.rollout.dynamic_filtering = dynamic_filtering
     return BatchBuilder(
         engine,
         EnvMix({env_id: 1.0}, seed=0),
+        GRPO(config),
         sampling=SamplingParams(max_tokens=max_tokens),
         group_size=group_size,
         prompts_per_step=prompts,
-        dynamic_filtering=dynamic_filtering,
         max_rounds=max_rounds,
     )
 

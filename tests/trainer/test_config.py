@@ -16,7 +16,7 @@ def test_default_config_loads_and_names_existing_envs():
     weights, _ = config.mix_weights()
     assert config.model.path == "embedded"
     for env_id in weights:
-        assert env_id in cascade_envs.registry(), env_id
+        assert env_id in cascade_envs.env_specs(), env_id
     assert config.optim.lr == pytest.approx(3e-6)
 
 
@@ -27,7 +27,7 @@ def test_shipped_configs_are_valid(name):
     path = resources.files("cascade_envs.trainer").joinpath(f"configs/{name}")
     config = load_config(str(path))
     weights, _ = config.mix_weights()
-    assert all(env_id in cascade_envs.registry() for env_id in weights)
+    assert all(env_id in cascade_envs.env_specs() for env_id in weights)
     assert config.optim.kl_coef == 0.0
 
 

@@ -11,7 +11,6 @@ import torch
 from cascade_envs.core import CascadeError
 from cascade_envs.registry import UnknownIdError
 from cascade_envs.trainer import checkpoint as ckpt
-from cascade_envs.trainer import grpo as grpo_module
 from cascade_envs.trainer.grpo import GRPOTrainer, TrainingError
 
 
@@ -84,8 +83,13 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(make_config, monkeypa
     trainer.train_step()
     good = trainer.save()
     weights = [p.clone() for p in trainer.model.parameters()]
-    real = grpo_module.grpo_loss
-    monkeypatch.setattr(grpo_module, "grpo_loss", lambda *a, **k: real(*a, **k) * float("nan"))
+    real = trainer.strategy.loss
+
+    def nan_loss(inputs):
+        loss, metrics = real(inputs)
+        return loss * float("nan"), metrics
+
+    monkeypatch.setattr(trainer.strategy, "loss", nan_loss)
     with pytest.raises(TrainingError, match=r"step 2: the loss is nan.*last good checkpoint is .*step_000001"):
         for _ in range(5):  # a step may be skipped (no signal) before one reaches the loss
             trainer.train_step()

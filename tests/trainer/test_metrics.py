@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cascade_envs.core import Completion, Reward
+from cascade_envs.trajectory import Trajectory, TurnRecord
 from cascade_envs.rollout.runner import EpisodeResult, GroupResult
 from cascade_envs.trainer.batch import RolloutBatch
 from cascade_envs.trainer.metrics import MetricsLogger, plot_rewards, reward_table, rollout_metrics
@@ -10,7 +11,8 @@ from cascade_envs.trainer.metrics import MetricsLogger, plot_rewards, reward_tab
 
 def episode(env_id: str, reward: Reward, n_tokens: int, finish: str = "stop") -> EpisodeResult:
     completion = Completion("x", finish_reason=finish, token_ids=list(range(n_tokens)), prompt_token_ids=[1])
-    return EpisodeResult(env_id, "t", 0, 0, [], [completion], reward, turns=1, terminated=True)
+    trajectory = Trajectory([TurnRecord([1], list(range(n_tokens)), None, finish)])
+    return EpisodeResult(env_id, "t", 0, 0, [], [completion], reward, turns=1, terminated=True, trajectory=trajectory)
 
 
 def test_rollout_metrics_by_hand():

@@ -24,7 +24,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 import torch
 
 from cascade_envs.core import CascadeError
-from cascade_envs.rollout.policy import PolicyError, SamplingParams
+from cascade_envs.policy import PolicyError, SamplingParams
 from tests.trainer.toys import tiny_model, tiny_tokenizer
 
 pytestmark = pytest.mark.slow

@@ -190,5 +190,5 @@ def test_missing_resource_masks_the_reward(env, monkeypatch):
 
 
 def test_group_scoring(env):
-    rewards = asyncio.run(env.ascore_group(env.load_task(ROW), ["<<T>> ok", "bad, answer", ""]))
+    rewards = asyncio.run(env.ascore_responses(env.load_task(ROW), ["<<T>> ok", "bad, answer", ""]))
     assert [r.value for r in rewards] == [1.0, 0.0, 0.0]

@@ -1,86 +1,19 @@
-"""Policies: what turns chat messages into a ``Completion``.
+"""``OpenAIChatPolicy``: any OpenAI-compatible chat-completions server (``vllm serve`` included).
 
-``Policy`` is the protocol the runner drives. ``OpenAIChatPolicy`` talks to any OpenAI-compatible
-chat-completions server (``vllm serve`` included) over httpx, with a concurrency limit, timeouts and
-retries with backoff; it records sampled token ids and logprobs when the server returns them.
-``make_policy`` builds a policy from a CLI spec: ``http://…``, ``hf:PATH`` or ``embedded``.
+It talks over httpx with a concurrency limit, timeouts and retries with backoff, and records the
+sampled token ids and logprobs when the server returns them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import random
-import re
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from ..core import CascadeError, Completion, Message
-from ..reasoning import EMPTY_THINK
-
-_ENDS_WITH_EMPTY_THINK = re.compile(r"<think>\s*</think>\s*$")
-
-
-class PolicyError(CascadeError):
-    """The policy could not produce a completion (after its retries)."""
-
-
-@dataclass
-class SamplingParams:
-    max_tokens: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: list[str] | None = None
-
-    def validate(self) -> None:
-        """Reject settings a local engine cannot honour, naming the field (``PolicyError``)."""
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise PolicyError(f"sampling.max_tokens must be a positive int, got {self.max_tokens!r}")
-        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature < math.inf:
-            raise PolicyError(f"sampling.temperature must be >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise PolicyError(f"sampling.top_p must be in (0, 1], got {self.top_p!r}")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise PolicyError(f"sampling.seed must be an int or None, got {self.seed!r}")
-        stop = self.stop
-        if stop is not None and not (
-            isinstance(stop, str) or (isinstance(stop, (list, tuple)) and all(isinstance(s, str) for s in stop))
-        ):
-            raise PolicyError(f"sampling.stop must be a list of strings, got {stop!r}")
-
-
-def render_chat_prompt(tokenizer: Any, messages: list[Message], thinking: bool = True) -> str:
-    """Prompt text for a local engine: the tokenizer's chat template with the generation prompt.
-
-    In non-thinking mode the prompt ends with an empty ``<think></think>`` block (the
-    Nemotron-Cascade-2 convention), unless the template already wrote one.
-    """
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise PolicyError(f"messages must be a list of dicts, got {type(messages).__name__}")
-    if not getattr(tokenizer, "chat_template", None):
-        raise PolicyError("the tokenizer has no chat template; pass a tokenizer that has one")
-    try:
-        text = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, enable_thinking=thinking
-        )
-    except Exception as exc:
-        raise PolicyError(f"the chat template failed on these messages: {type(exc).__name__}: {exc}") from exc
-    if not thinking and not _ENDS_WITH_EMPTY_THINK.search(text):
-        text += EMPTY_THINK
-    return text
-
-
-@runtime_checkable
-class Policy(Protocol):
-    async def agenerate(
-        self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
-    ) -> Completion: ...
-
-    async def aclose(self) -> None: ...
-
+from ..core import Completion, Message
+from ..policy import PolicyError, SamplingParams
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -209,14 +142,3 @@ def parse_chat_completion(data: Any) -> Completion:
         logprobs=logprobs,
         prompt_token_ids=data.get("prompt_token_ids") if isinstance(data.get("prompt_token_ids"), list) else None,
     )
-
-
-def make_policy(spec: str, **kwargs: Any) -> Policy:
-    """Build a policy from ``http(s)://host/v1``, ``hf:PATH`` or ``embedded``."""
-    if spec.startswith(("http://", "https://")):
-        return OpenAIChatPolicy(spec, **kwargs)
-    if spec == "embedded" or spec.startswith("hf:"):
-        from ..policies.hf import HFPolicy
-
-        return HFPolicy.embedded(**kwargs) if spec == "embedded" else HFPolicy.from_spec(spec, **kwargs)
-    raise CascadeError(f"unknown policy {spec!r}: use http(s)://HOST/v1, hf:PATH or embedded")

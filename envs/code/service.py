@@ -7,11 +7,12 @@ command and returns the ``ExecResult``; ``GET /health`` reports load. At most ``
 run at once (one per core by default); up to ``max_queue`` more wait; beyond that the answer is
 ``429`` at once (back-pressure: the client retries later). A request still queued or running at
 its deadline gets ``503``/``504``. Start it with ``cascade-envs serve-sandbox``.
+
+It lives beside the code env it serves: the kernel's sandbox layer imports no env.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -24,10 +25,13 @@ from typing import Any
 
 import h11
 
-from . import get_sandbox
-from .results import SandboxError
+from ...core import Reward, TaskError
+from ...sandbox import get_sandbox
+from ...sandbox.results import SandboxError
+from .judge import Judge, JudgeConfig
+from .task import parse_code_task
 
-log = logging.getLogger("cascade_envs.sandbox.service")
+log = logging.getLogger("cascade_envs.envs.code.service")
 MAX_BODY = 512 << 20
 
 
@@ -42,8 +46,6 @@ class VerifyService:
 
     def __init__(self, workers: int | None = None, backend: str | None = None, max_queue: int | None = None,
                  default_deadline_s: float = 600.0):
-        from ..envs.code.judge import Judge, JudgeConfig
-
         self.workers = workers or os.cpu_count() or 1
         self.max_queue = self.workers * 64 if max_queue is None else max_queue
         self.default_deadline_s = default_deadline_s
@@ -110,10 +112,6 @@ class VerifyService:
             self._slots.release()
 
     async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from ..core import Reward, TaskError
-        from ..envs.code.judge import JudgeConfig
-        from ..envs.code.task import parse_code_task
-
         task, answer = payload.get("task"), payload.get("answer")
         if not isinstance(task, dict) or not isinstance(answer, str):
             raise HTTPError(400, "expected {'task': object, 'answer': string}")
@@ -260,22 +258,14 @@ def serve_sandbox(host: str = "127.0.0.1", port: int = 8765, workers: int | None
         asyncio.run(main())
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``serve-sandbox`` options, for the CLI to reuse."""
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--workers", type=int, default=None, help="concurrent verifications (default: one per core)")
-    parser.add_argument("--backend", default=None, help="sandbox backend (default: bwrap, else local)")
-    parser.add_argument("--max-queue", type=int, default=None, help="waiting requests before 429 (default: 64 per worker)")
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cascade_envs.envs.code.service [OPTIONS]``: the same as ``cascade-envs serve-sandbox``."""
+    import sys
 
+    from ...cli import main as cli_main
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="cascade-envs serve-sandbox", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
-    serve_sandbox(args.host, args.port, args.workers, args.backend, args.max_queue)
+    return cli_main(["serve-sandbox", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
