@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cascade_envs.envs.code.env import CodeEnv
-from cascade_envs.sandbox.base import default_python
 from cascade_envs.envs.code.service import BackgroundService
+from cascade_envs.sandbox.base import default_python
 
 SOLUTION = "import sys\nnums = list(map(int, sys.stdin.read().split()))\nprint(sum(nums), max(nums))\n"
 

@@ -12,8 +12,8 @@ from .core import CascadeError, ChatSpace, Completion, Message, Reward, Task, Ta
 from .data import DataError, TaskSource, load_tasks
 from .env import Env
 from .episode import Episode, Turn
-from .trajectory import TokenSequence, Trajectory, TurnRecord
 from .registry import UnknownIdError, env_specs, make, register, set_plugin_loader, spec
+from .trajectory import TokenSequence, Trajectory, TurnRecord
 
 __version__ = "0.1.0"
 
@@ -28,8 +28,8 @@ __all__ = [
     "Completion",
     "DataError",
     "Env",
-    "Episode",
     "EnvMix",
+    "Episode",
     "Message",
     "Reward",
     "Task",

@@ -80,8 +80,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .envs import DEFAULT_EVAL_ENVS
     from .mix import EnvMix, load_mix_file, parse_mix
-    from .rollout.metrics import MixMetrics
     from .rollout import RolloutRunner, SamplingParams, make_policy
+    from .rollout.metrics import MixMetrics
 
     env_kwargs: dict[str, dict[str, Any]] = {}
     if args.mix and Path(args.mix).suffix in (".yaml", ".yml"):

@@ -19,6 +19,7 @@ that raises masks what it was scoring, with the error; it never turns into a sil
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -33,6 +34,7 @@ from .reasoning import overlong_reason, split_reasoning
 from .tools import tool_parsers, with_tools
 
 T = TypeVar("T")
+log = logging.getLogger("cascade_envs.env")
 
 __all__ = ["Env", "Episode", "Turn", "run_sync"]
 
@@ -147,6 +149,8 @@ class Env(gymnasium.Env[list, str]):
 
     async def astart(self, task: Task) -> Episode:
         """Begin an episode of ``task`` (a row, validated here)."""
+        if not isinstance(task, dict):
+            raise TaskError(f"a task row must be a JSON object, got {type(task).__name__}")
         loaded = self.load_task(task)
         episode = Episode(loaded, task_id(loaded), self.prompt(loaded), self.thinking, self.max_turns)
         await self.on_reset(episode)
@@ -182,12 +186,19 @@ class Env(gymnasium.Env[list, str]):
         except Exception as exc:
             episode.outcome = Reward.failed(f"{type(self).__name__} truncation rule raised {type(exc).__name__}: {exc}")
 
+    @property
+    def has_episode_state(self) -> bool:
+        """True when the env releases per-episode state (it overrides ``on_end``)."""
+        return type(self).on_end is not Env.on_end
+
     async def aend(self, episode: Episode) -> None:
         """Release the episode's state (``on_end``); an error here never changes its reward."""
+        if not self.has_episode_state:
+            return
         try:
             await self.on_end(episode)
-        except Exception:  # noqa: S110 - release is best effort; the reward is already final
-            pass
+        except Exception as exc:
+            log.warning("%s.on_end failed for task %s: %s: %s", type(self).__name__, episode.task_id, type(exc).__name__, exc)
 
     # ----- scoring: one path --------------------------------------------------------------------
 
@@ -206,6 +217,8 @@ class Env(gymnasium.Env[list, str]):
                 pending.append((i, split.answer))
         if pending and self.scores_groups:
             scored = await self._group_scores(episodes[pending[0][0]].task, pending, episodes)
+        elif len(pending) == 1:  # the common gymnasium case: no task to spawn
+            scored = [await self._sample_score(episodes[pending[0][0]], pending[0][1])]
         else:
             scored = await asyncio.gather(*(self._sample_score(episodes[i], answer) for i, answer in pending))
         for (i, _), reward in zip(pending, scored, strict=True):

@@ -162,6 +162,7 @@ class RetryingClient:
         self.stats["requests"] += 1
         started: float | None = None
         attempts = counted = 0
+        retry: _Retry
         while True:
             index = self._pick()
             url = self.url(path, index)
@@ -184,8 +185,8 @@ class RetryingClient:
                     self._in_flight[index] -= 1
             if retry.down:
                 self._down_until[index] = time.monotonic() + DOWN_S
-            throttled = retry.status == THROTTLE_STATUS and self.retry_budget_s is not None
-            counted += not throttled
+            if not (retry.status == THROTTLE_STATUS and self.retry_budget_s is not None):
+                counted += 1  # back-pressure under a budget does not use up max_retries
             if counted > self.max_retries:
                 self._fail(retry.reason)
                 raise HTTPRequestError(method, url, retry.problem, attempts=attempts, status=retry.status,

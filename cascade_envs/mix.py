@@ -12,7 +12,6 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,7 @@ def parse_mix(envs: Any, *, source: str = "mix.envs") -> tuple[dict[str, float],
     Errors are ``CascadeError``s naming the key after ``source``: ``mix.envs.cascade/MCQA-v0.weight``
     (a ``source`` ending in ``:`` is followed by a space instead of a dot: ``--mix: cascade/MCQA-v0``).
     """
-    name, sep = (source[:-1], " ") if source.endswith(":") else (source, ".")
+    name, sep = (source[:-1], ": ") if source.endswith(":") else (source, ".")
     if not isinstance(envs, Mapping):
         raise CascadeError(f"{name}: expected a mapping {{ENV_ID: WEIGHT}}, got {type(envs).__name__}")
     if not envs:

@@ -24,13 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import pickle
-import socket
-import struct
 import subprocess
-import sys
 import threading
 import weakref
 from collections import deque
@@ -38,11 +33,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ._worker_main import BOOT, target_name
+from ._worker_process import WorkerProcess as _Worker
+from ._worker_process import frame, target_name
 
 STARTUP_TIMEOUT_S = 120.0
-_HEADER = struct.Struct("!i")  # multiprocessing.Connection framing, as the worker reads it
-_CHUNK = 65536
 
 __all__ = ["CallFailed", "CallTimeout", "WorkerDied", "WorkerError", "WorkerPool", "target_name"]
 
@@ -60,76 +54,11 @@ class WorkerDied(WorkerError):
 
 
 class CallFailed(WorkerError):
-    """The function raised in the worker; ``kind`` is the exception's class name."""
+    """The function raised in the worker: ``kind`` is the exception's class name, ``detail`` its message."""
 
-    def __init__(self, message: str, kind: str = "Exception"):
-        super().__init__(message)
-        self.kind = kind
-
-
-class _Worker:
-    """One worker process and our (non-blocking) end of its socket."""
-
-    def __init__(self, targets: list[str], memory_mb: int | None):
-        ours, theirs = socket.socketpair()
-        argv = [json.dumps(sys.path), str(theirs.fileno()), json.dumps(targets), str(memory_mb or 0), str(os.getpid())]
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", BOOT.format(module="cascade_envs._worker_main"), *argv],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-            )
-        except OSError as exc:
-            ours.close()
-            raise WorkerDied(f"worker process failed to start: {exc}") from exc
-        finally:
-            theirs.close()
-        ours.setblocking(False)
-        self.sock = ours
-
-    async def receive(self) -> Any:
-        """One framed, pickled message; raises ``EOFError`` when the worker is gone."""
-        loop = asyncio.get_running_loop()
-        data, size = bytearray(), -1
-        while size < 0 or len(data) < _HEADER.size + size:
-            chunk = await loop.sock_recv(self.sock, max(_CHUNK, _HEADER.size + size - len(data)))
-            if not chunk:
-                raise EOFError("the worker closed its socket")
-            data += chunk
-            if size < 0 and len(data) >= _HEADER.size:
-                size = _HEADER.unpack_from(data)[0]
-                if size < 0:
-                    raise EOFError("reply over 2 GiB")
-        return pickle.loads(memoryview(data)[_HEADER.size :])
-
-    async def request(self, data: bytes, timeout_s: float) -> tuple[str, Any]:
-        """Send one framed call and read the reply; ``CallTimeout`` kills the worker."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                await asyncio.get_running_loop().sock_sendall(self.sock, data)
-                return await self.receive()
-        except TimeoutError:  # before OSError: TimeoutError is one
-            self.kill()
-            raise CallTimeout(f"no answer within {timeout_s:g} s") from None
-        except OSError as exc:
-            raise EOFError(str(exc)) from exc
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-
-    def stop(self) -> int | None:
-        """Kill, reap (blocks briefly) and close the socket; returns the exit code."""
-        self.kill()
-        try:
-            code = self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.sock.close()
-        return code
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"{kind}: {detail}")
+        self.kind, self.detail = kind, detail
 
 
 def _stop_all(workers: list[_Worker], owner: int) -> None:
@@ -143,20 +72,14 @@ def _fail(waiter: asyncio.Future[Any], exc: BaseException) -> None:
         waiter.set_exception(exc)
 
 
-def _frame(fn: Callable[..., Any] | None, args: tuple[Any, ...]) -> bytes:
-    data = pickle.dumps((fn, args), pickle.HIGHEST_PROTOCOL)
-    if len(data) >= 0x7FFFFFFF:
-        raise ValueError("call arguments over 2 GiB")
-    return _HEADER.pack(len(data)) + data
-
-
 class WorkerPool:
     """Up to ``workers`` warm processes; ``call`` runs ``fn``, ``run`` any top-level function.
 
     ``timeout_s`` bounds each call (wall clock, overridable per call); ``memory_mb`` caps each
     worker's address space (``RLIMIT_AS``); ``preload``: more functions whose modules a worker
-    imports at start-up. Nothing starts until the first call; after ``close`` a later call
-    starts new workers.
+    imports at start-up; ``initializer``: a top-level function each worker calls once at start-up
+    (to warm caches; if it raises, the worker does not start). Nothing starts until the first
+    call; after ``close`` a later call starts new workers.
     """
 
     def __init__(
@@ -167,6 +90,7 @@ class WorkerPool:
         memory_mb: int | None = None,
         *,
         preload: Sequence[Callable[..., Any]] = (),
+        initializer: Callable[[], Any] | None = None,
     ):
         if workers < 1:
             raise ValueError("workers must be at least 1")
@@ -174,7 +98,11 @@ class WorkerPool:
             raise ValueError("timeout_s must be positive")
         self.fn = fn
         self.workers, self.timeout_s, self.memory_mb = int(workers), float(timeout_s), memory_mb
-        self._targets = [target_name(fn) if fn else "", *(target_name(f) for f in preload)]
+        self._targets = {
+            "fn": target_name(fn) if fn else "",
+            "init": target_name(initializer) if initializer else "",
+            "preload": [target_name(f) for f in preload],
+        }
         self._lock = threading.Lock()
         self._reset()
 
@@ -209,7 +137,7 @@ class WorkerPool:
         limit = self.timeout_s if timeout_s is None else float(timeout_s)
         if limit <= 0:
             raise ValueError("timeout_s must be positive")
-        data = _frame(fn, args)
+        data = frame(fn, args)
         with self._lock:
             if self._pid != os.getpid():  # inherited through fork: the workers are the parent's
                 self._finalizer.detach()
@@ -220,13 +148,14 @@ class WorkerPool:
             status, value = await worker.request(data, limit)
         except BaseException as exc:
             code = await self._retire(worker, generation, reap=not isinstance(exc, asyncio.CancelledError))
+            if isinstance(exc, TimeoutError):
+                raise CallTimeout(f"no answer within {limit:g} s") from None
             if isinstance(exc, EOFError):
                 raise self._died(generation, f"worker process died (exit code {code})") from None
             raise
         self._release(worker, generation)
         if status == "error":
-            kind, message = value
-            raise CallFailed(f"{kind}: {message}", kind)
+            raise CallFailed(*value)
         return value
 
     def _died(self, generation: int, message: str) -> WorkerDied:
@@ -306,7 +235,10 @@ class WorkerPool:
 
     async def _start_worker(self, generation: int) -> _Worker:
         def start() -> _Worker:
-            worker = _Worker(self._targets, self.memory_mb)
+            try:
+                worker = _Worker(self._targets, self.memory_mb)
+            except OSError as exc:
+                raise WorkerDied(f"worker process failed to start: {exc}") from exc
             with self._lock:
                 if generation == self._generation:
                     self._live.append(worker)  # registered before start-up, so close() stops it

@@ -74,3 +74,41 @@ def register_toy_envs() -> None:
 
     for env_id, cls in TOY_ENVS.items():
         register(env_id, cls)
+
+
+class CharTemplatePolicy:
+    """A scripted policy with a character-level "tokenizer" and a chat template whose rendered history
+    is a prefix of the next prompt: token ids are character codes of ``<role>content</>`` blocks.
+
+    ``reply(messages) -> str`` gives each turn's text; ``finish(messages)`` its finish reason.
+    ``context`` makes a prompt longer than that many tokens raise ``ContextOverflowError``.
+    """
+
+    END = "</>"
+
+    def __init__(self, reply, *, finish=lambda messages: "stop", context: int | None = None, delay_s: float = 0.0):
+        self.reply, self.finish, self.context, self.delay_s = reply, finish, context, delay_s
+        self.calls = 0
+
+    @classmethod
+    def render(cls, messages, generation_prompt: bool = True) -> str:
+        text = "".join(f"<{m['role']}>{m['content']}{cls.END}" for m in messages)
+        return text + ("<assistant>" if generation_prompt else "")
+
+    async def agenerate(self, messages, *, sampling, thinking=True):
+        import asyncio
+
+        from cascade_envs.policy import ContextOverflowError
+
+        self.calls += 1
+        prompt = [ord(c) for c in self.render(messages)]
+        if self.context is not None and len(prompt) > self.context:
+            raise ContextOverflowError(f"{len(prompt)} tokens > {self.context}")
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        text = self.reply(messages)
+        ids = [ord(c) for c in text + self.END]
+        return Completion(text, self.finish(messages), ids, [-0.5] * len(ids), prompt)
+
+    async def aclose(self) -> None:
+        pass

@@ -27,7 +27,6 @@ from .batch import BatchBuilder, RolloutBatch
 from .config import Config
 from .engine import RolloutEngine, make_engine
 from .metrics import MetricsLogger, rollout_metrics
-from .strategies import LossInputs, make_strategy
 from .model import (
     autocast,
     collate,
@@ -38,6 +37,7 @@ from .model import (
     return_freed_memory_to_the_os,
     token_logprobs,
 )
+from .strategies import LossInputs, make_strategy
 
 log = logging.getLogger("cascade_envs.trainer")
 

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel  # noqa: E402
 
 from ..core import CascadeError, Completion, Message  # noqa: E402
-from ..policy import PolicyError, SamplingParams, render_chat_prompt  # noqa: E402
+from ..policy import ContextOverflowError, PolicyError, SamplingParams, render_chat_prompt  # noqa: E402
 from .decoding import GenRequest, generate_batch  # noqa: E402
 
 _SEED_MOD = 2**63
@@ -163,15 +163,28 @@ class HFPolicy:
         flat = self._complete(requests)
         return [flat[i : i + group_size] for i in range(0, len(flat), group_size)]
 
+    @property
+    def context_window(self) -> int | None:
+        """The model's context length in tokens (``max_position_embeddings``), if it declares one."""
+        value = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        return int(value) if isinstance(value, int) and value > 0 else None
+
     def _requests(self, prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[GenRequest]:
+        """Generation requests; the prompt must fit the context, which also caps the tokens generated."""
         sampling.validate()
+        max_tokens = sampling.max_tokens
+        window = self.context_window
+        if window is not None:
+            if len(prompt_ids) >= window:
+                raise ContextOverflowError(f"the prompt has {len(prompt_ids)} tokens; the context window is {window}")
+            max_tokens = min(max_tokens, window - len(prompt_ids))
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()).item())
         stops = [sampling.stop] if isinstance(sampling.stop, str) else sampling.stop or ()
         stop = tuple(s for s in stops if s)
         return [
             GenRequest(
                 prompt_ids=prompt_ids,
-                max_tokens=sampling.max_tokens,
+                max_tokens=max_tokens,
                 temperature=float(sampling.temperature),
                 top_p=float(sampling.top_p),
                 seed=(seed + j) % _SEED_MOD,

@@ -10,10 +10,13 @@ import asyncio
 import json
 import os
 import random
+import re
 from typing import Any
 
 from ..core import Completion, Message
-from ..policy import PolicyError, SamplingParams
+from ..policy import ContextOverflowError, PolicyError, SamplingParams
+
+_CONTEXT_OVERFLOW = re.compile(r"context length|context window|maximum context|too many tokens|prompt is too long", re.I)
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -104,6 +107,8 @@ class OpenAIChatPolicy:
             if response.status_code in RETRY_STATUS:
                 last = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
+            if response.status_code == 400 and _CONTEXT_OVERFLOW.search(response.text):
+                raise ContextOverflowError(f"{self.base_url}{path}: {response.text[:300]}")
             if response.status_code >= 400:
                 raise PolicyError(f"{method} {self.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}")
             try:

@@ -1,7 +1,7 @@
 """Rollouts: the concurrent episode runner (and, re-exported, the policy protocol it drives)."""
 
-from ..policy import ContextOverflowError, Policy, PolicyError, SamplingParams
 from ..policies import make_policy
+from ..policy import ContextOverflowError, Policy, PolicyError, SamplingParams
 from .runner import EpisodeResult, GroupResult, RolloutRunner, run_rollouts
 
 __all__ = [

@@ -215,7 +215,8 @@ class RolloutRunner:
             rewards = [Reward.failed(f"scoring raised {type(exc).__name__}: {exc}")] * len(scorable)
         for (result, _), reward in zip(scorable, rewards, strict=True):
             result.reward = reward
-        await asyncio.gather(*(env.aend(e) for _, e in played if e is not None))
+        if env.has_episode_state:
+            await asyncio.gather(*(env.aend(e) for _, e in played if e is not None))
 
     async def _episode(
         self, semaphore: asyncio.Semaphore, env: Env, group: GroupResult, index: int, sample: int, bar: Any

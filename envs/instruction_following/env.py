@@ -10,6 +10,15 @@ Scoring follows IFEval: an empty answer follows no instruction; ``strict`` check
 it is, loose (``strict=False``) accepts an instruction when any of the eight standard variants
 passes (first line, last line or both removed; asterisks stripped). The reward is 1 when every
 instruction is followed (``binary``, as in IF-RL) or the fraction followed (``fraction``).
+
+Limits: the checks run in the env's ``VerifierPool`` (worker processes, started on first use,
+closed by ``aclose``) under a hard ``timeout_s`` per answer, or inline when the answer has at
+most ``inline_chars`` characters (the checkers are our own code, linear in the answer: a few
+thousand characters cost well under a millisecond, less than a round trip to a worker). Answers
+over ``max_answer_chars`` are not checked. Both limits are the answer's fault (the instructions
+and their kwargs are validated and small when the task loads), so they score 0 with a reason
+starting "verifier limit: ". Masked instead: a resource a checker needs is not installed, a
+checker raised, or the worker crashed.
 """
 
 from __future__ import annotations
@@ -19,27 +28,20 @@ from typing import Any
 from cascade_envs.core import Reward, Task, TaskError
 from cascade_envs.data import prompt_messages
 from cascade_envs.env import Env
+from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
+from cascade_envs.workers import CallFailed, WorkerDied
 
-from .registry import get_instruction, load_families, validate_kwargs
+from .registry import load_families, validate_kwargs
 from .text import ResourceUnavailable
+from .verify import follow_checks, response_variants, warm_up
 
 REWARD_MODES = ("binary", "fraction")
 FIELDS = ("instruction_id_list", "kwargs", "grading_mode", "prompt")
 MAX_ANSWER_CHARS = 200_000
+TIMEOUT_S = 10.0
+INLINE_CHARS = 0
 
-
-def response_variants(response: str, strict: bool) -> list[str]:
-    """The texts an instruction is checked against: the response, or IFEval's eight loose variants."""
-    if strict:
-        return [response]
-    lines = response.split("\n")
-    trimmed = [
-        response,
-        "\n".join(lines[1:]).strip(),
-        "\n".join(lines[:-1]).strip(),
-        "\n".join(lines[1:-1]).strip(),
-    ]
-    return trimmed + [text.replace("*", "") for text in trimmed]
+__all__ = ["InstructionFollowingEnv", "response_variants"]
 
 
 def _row_fields(row: dict[str, Any]) -> dict[str, Any]:
@@ -63,12 +65,17 @@ class InstructionFollowingEnv(Env):
         strict: bool = True,
         reward_mode: str | None = None,
         max_answer_chars: int = MAX_ANSWER_CHARS,
+        timeout_s: float = TIMEOUT_S,
+        inline_chars: int = INLINE_CHARS,
+        workers: int | None = None,
         **kwargs: Any,
     ):
         """``reward_mode``: "binary" or "fraction"; None uses each row's ``grading_mode`` (else binary).
 
-        ``max_answer_chars`` bounds the verification time: a longer final answer scores 0 with
-        that reason (NLTK tokenization costs about 30 s per megabyte of adversarial text).
+        ``max_answer_chars``: longer final answers score 0 unchecked (NLTK tokenization costs about
+        30 s per megabyte of adversarial text); ``timeout_s``: hard limit per answer's checks;
+        ``inline_chars``: answers up to this length are checked in-process (see the module doc);
+        ``workers``: verifier processes (default up to 4, one per CPU).
         """
         if reward_mode is not None and reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
@@ -77,7 +84,11 @@ class InstructionFollowingEnv(Env):
         self.strict = bool(strict)
         self.reward_mode = reward_mode
         self.max_answer_chars = int(max_answer_chars)
+        self.inline_chars = int(inline_chars)
         load_families()
+        self.verifier = VerifierPool(
+            timeout_s=timeout_s, max_chars=self.max_answer_chars, workers=workers, initializer=warm_up
+        )
         super().__init__(tasks, **kwargs)
 
     def load_task(self, row: dict[str, Any]) -> Task:
@@ -97,25 +108,26 @@ class InstructionFollowingEnv(Env):
         return {**row, "checks": checks, "grading_mode": mode}
 
     def follow_list(self, task: Task, answer: str) -> list[bool]:
-        """Whether ``answer`` follows each instruction of ``task`` (under this env's strictness)."""
-        variants = [v for v in response_variants(answer, self.strict) if v.strip()]
-        results = []
-        for check in task["checks"]:
-            checker = get_instruction(check["id"]).check
-            results.append(any(checker(text, **check["kwargs"]) for text in variants))
-        return results
+        """Whether ``answer`` follows each instruction of ``task`` (in-process, no limits)."""
+        return follow_checks(task["checks"], answer, self.strict)
 
     async def ascore(self, task: Task, answer: str) -> Reward:
         if "checks" not in task:
             task = self.load_task(task)
-        if len(answer) > self.max_answer_chars:
-            return Reward.zero(
-                f"answer has {len(answer)} characters, over the {self.max_answer_chars} this env verifies"
-            )
         try:
-            followed = self.follow_list(task, answer)
+            self.verifier.check_size(answer)
+            inline = len(answer) <= self.inline_chars
+            followed = await self.verifier.run(follow_checks, task["checks"], answer, self.strict, inline=inline)
+        except VerifierLimit as exc:
+            return Reward.zero(str(exc))
         except ResourceUnavailable as exc:
             return Reward.failed(f"resource unavailable: {exc}")
+        except CallFailed as exc:
+            if exc.kind == "ResourceUnavailable":
+                return Reward.failed(f"resource unavailable: {exc.detail}")
+            return Reward.failed(f"checker raised {exc}")
+        except WorkerDied as exc:
+            return Reward.failed(f"verifier failed: {exc}")
         ids = [check["id"] for check in task["checks"]]
         fraction = sum(followed) / len(followed)
         mode = self.reward_mode or task["grading_mode"]
@@ -131,3 +143,8 @@ class InstructionFollowingEnv(Env):
         if failed:
             reason = "empty answer" if not answer.strip() else f"not followed: {', '.join(failed)}"
         return Reward(value, components, reason=reason)
+
+    async def aclose(self) -> None:
+        """Stop the verifier workers."""
+        await self.verifier.aclose()
+        await super().aclose()

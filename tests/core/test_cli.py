@@ -76,3 +76,28 @@ def test_bad_mix_file_is_a_clear_error(tmp_path, capsys):
     mix.write_text("envs: [1, 2")
     assert main(["eval", "--mix", str(mix)]) == 2
     assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_eval_defaults_come_from_one_place():
+    from cascade_envs import defaults
+    from cascade_envs.cli import build_parser
+    from cascade_envs.trainer.config import RolloutConfig
+
+    args = build_parser().parse_args(["eval"])
+    rollout = RolloutConfig()
+    assert (args.max_tokens, args.temperature, args.top_p, args.concurrency) == (
+        defaults.DEFAULT_MAX_TOKENS, defaults.DEFAULT_TEMPERATURE, defaults.DEFAULT_TOP_P, defaults.DEFAULT_CONCURRENCY)
+    assert (rollout.max_tokens, rollout.temperature, rollout.top_p, rollout.concurrency) == (
+        defaults.DEFAULT_MAX_TOKENS, defaults.DEFAULT_TEMPERATURE, defaults.DEFAULT_TOP_P, defaults.DEFAULT_CONCURRENCY)
+
+
+def test_serve_sandbox_finds_the_code_env_service(monkeypatch):
+    import importlib
+
+    from cascade_envs import cli
+
+    service = importlib.import_module(cli.SANDBOX_SERVICE_MODULE)
+    seen = {}
+    monkeypatch.setattr(service, "serve_sandbox", lambda **kw: seen.update(kw))
+    assert main(["serve-sandbox", "--port", "0", "--workers", "3", "--max-queue", "5"]) == 0
+    assert seen == {"host": "127.0.0.1", "port": 0, "workers": 3, "backend": None, "max_queue": 5}

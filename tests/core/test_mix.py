@@ -55,3 +55,83 @@ def test_env_without_tasks_is_an_error():
 def test_all_tasks():
     mix = EnvMix(["toy/ExactAnswer-v0", "toy/LookupTool-v0"], env_kwargs=KW)
     assert len(mix.all_tasks()) == 13 and len(mix.all_tasks(limit=2)) == 4
+
+
+# --- the one mix parser (eval --mix and the trainer's mix.envs) ---
+
+
+def test_parse_mix_reads_both_entry_forms():
+    from cascade_envs.mix import parse_mix
+
+    weights, kwargs = parse_mix({"toy/A-v0": 2, "toy/B-v0": {"weight": 0.5, "kwargs": {"tasks": "t.jsonl"}},
+                                 "toy/C-v0": {"kwargs": None}, "toy/D-v0": "1e-3"})
+    assert weights == {"toy/A-v0": 2.0, "toy/B-v0": 0.5, "toy/C-v0": 1.0, "toy/D-v0": 0.001}
+    assert kwargs == {"toy/A-v0": {}, "toy/B-v0": {"tasks": "t.jsonl"}, "toy/C-v0": {}, "toy/D-v0": {}}
+    assert all(isinstance(w, float) for w in weights.values())
+
+
+@pytest.mark.parametrize(
+    ("envs", "match"),
+    [
+        ([1, 2], r"^mix\.envs: expected a mapping"),
+        ({}, r"^mix\.envs is empty"),
+        ({"NoNamespace": 1}, r"env id 'NoNamespace' must look like 'namespace/Name-vN'"),
+        ({3: 1}, r"env id 3 must look like"),
+        ({"toy/A-v0": {"wieght": 2}}, r"^mix\.envs\.toy/A-v0: unknown key 'wieght'; did you mean 'weight'\?"),
+        ({"toy/A-v0": {"kwarg": {}}}, r"unknown key 'kwarg'; did you mean 'kwargs'\?"),
+        ({"toy/A-v0": {"zzz": 1}}, r"unknown key 'zzz' \(known: weight, kwargs\)"),
+        ({"toy/A-v0": -1}, r"^mix\.envs\.toy/A-v0 is negative \(-1"),
+        ({"toy/A-v0": {"weight": -0.5}}, r"^mix\.envs\.toy/A-v0\.weight is negative"),
+        ({"toy/A-v0": float("nan")}, r"toy/A-v0 must be a finite number, got nan"),
+        ({"toy/A-v0": {"weight": float("inf")}}, r"toy/A-v0\.weight must be a finite number, got inf"),
+        ({"toy/A-v0": {"weight": "heavy"}}, r"must be a finite number, got 'heavy'"),
+        ({"toy/A-v0": True}, r"expected a weight or \{weight: W, kwargs: \{\.\.\.\}\}, got True"),
+        ({"toy/A-v0": None}, r"expected a weight or"),
+        ({"toy/A-v0": {"weight": True}}, r"toy/A-v0\.weight must be a finite number, got True"),
+        ({"toy/A-v0": {"kwargs": [1]}}, r"^mix\.envs\.toy/A-v0\.kwargs: expected a mapping of keyword arguments"),
+        ({"toy/A-v0": {"kwargs": {1: 2}}}, r"toy/A-v0\.kwargs: keyword names must be strings"),
+        ({"toy/A-v0": 0, "toy/B-v0": 0.0}, r"^mix\.envs: the weights sum to zero"),
+    ],
+)
+def test_parse_mix_errors_name_the_key(envs, match):
+    from cascade_envs.mix import parse_mix
+
+    with pytest.raises(CascadeError, match=match):
+        parse_mix(envs)
+
+
+def test_parse_mix_source_prefix():
+    from cascade_envs.mix import parse_mix
+
+    with pytest.raises(CascadeError, match=r"^--mix: toy/A-v0 is negative"):
+        parse_mix({"toy/A-v0": -1}, source="--mix:")
+    with pytest.raises(CascadeError, match=r"^run\.yaml: envs\.toy/A-v0\.weight"):
+        parse_mix({"toy/A-v0": {"weight": "x"}}, source="run.yaml: envs")
+
+
+def test_load_mix_file(tmp_path):
+    from cascade_envs.mix import load_mix_file
+
+    path = tmp_path / "mix.yaml"
+    path.write_text("envs:\n  toy/A-v0: 0.55\n  toy/B-v0: {weight: 3e-1, kwargs: {tasks: t.jsonl}}\n")
+    assert load_mix_file(path) == ({"toy/A-v0": 0.55, "toy/B-v0": 0.3}, {"toy/A-v0": {}, "toy/B-v0": {"tasks": "t.jsonl"}})
+    for text, match in [("envs: [1, 2", "not valid YAML"), ("- 1\n", "expected a mapping 'envs:"),
+                        ("env: {toy/A-v0: 1}\n", "expected a mapping 'envs:"),
+                        ("envs: {toy/A-v0: 1}\nenvz: 2\n", "unknown key 'envz'; did you mean 'envs'"),
+                        ("envs: {toy/A-v0: {wieght: 1}}\n", r"mix\.yaml: envs\.toy/A-v0: unknown key 'wieght'")]:
+        path.write_text(text)
+        with pytest.raises(CascadeError, match=match):
+            load_mix_file(path)
+    with pytest.raises(CascadeError, match="cannot read mix file"):
+        load_mix_file(tmp_path / "missing.yaml")
+
+
+def test_eval_and_the_trainer_share_the_parser():
+    from cascade_envs.mix import parse_mix
+    from cascade_envs.trainer.config import ConfigError, config_from_dict
+
+    envs = {"test/SayYes-v0": {"weight": 2, "kwargs": {"max_turns": 1}}, "test/Constant-v0": 1}
+    config = config_from_dict({"mix": {"envs": envs}})
+    assert config.mix_weights() == parse_mix(envs)
+    with pytest.raises(ConfigError, match=r"mix\.envs\.test/SayYes-v0\.weight is negative"):
+        config_from_dict({"mix": {"envs": {"test/SayYes-v0": {"weight": -1}}}})

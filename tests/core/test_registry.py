@@ -48,3 +48,35 @@ def test_generic_registry_duplicate_and_lookup():
     assert r.get("a") == 3 and "a" in r and list(r) == ["a"]
     with pytest.raises(UnknownIdError, match="unknown widget 'b'"):
         r.get("b")
+
+
+def test_registry_loader_is_injected_and_resettable():
+    calls = []
+    r: Registry[int] = Registry("widget")
+    assert r.is_loaded
+
+    def load() -> None:
+        calls.append(1)
+        r.register("a", len(calls))
+
+    r.set_loader(load, note=lambda: "; a plugin failed")
+    assert not r.is_loaded
+    assert r.get("a") == 1 and r.is_loaded and list(r) == ["a"] and calls == [1]
+    with pytest.raises(UnknownIdError, match=r"unknown widget 'b'; a plugin failed$"):
+        r.get("b")
+    r.clear()
+    assert list(r) == [] and calls == [1]  # cleared, still loaded
+    r.reset()
+    assert not r.is_loaded and r.get("a") == 2 and calls == [1, 1]
+    r.reset()
+    r.mark_loaded()  # someone else filled it
+    assert "a" not in r and calls == [1, 1]
+
+
+def test_env_specs_and_the_registry_module():
+    import types
+
+    specs = cascade_envs.env_specs()
+    assert "toy/ExactAnswer-v0" in specs and specs["toy/ExactAnswer-v0"].entry_point.endswith(":ExactAnswerEnv")
+    assert isinstance(cascade_envs.registry, types.ModuleType)  # no function shadows the module
+    assert cascade_envs.registry.envs.is_loaded

@@ -3,11 +3,10 @@ import json
 
 import pytest
 
-from cascade_envs.rollout.metrics import MixMetrics
-from cascade_envs.policies.openai import OpenAIChatPolicy
-from cascade_envs.rollout import PolicyError, RolloutRunner, SamplingParams
 from cascade_envs.policies import make_policy
-from cascade_envs.policies.openai import parse_chat_completion
+from cascade_envs.policies.openai import OpenAIChatPolicy, parse_chat_completion
+from cascade_envs.rollout import PolicyError, RolloutRunner, SamplingParams
+from cascade_envs.rollout.metrics import MixMetrics
 
 TASKS = [{"id": f"t{i}", "prompt": f"Say {i}. ANSWER: {i}", "answer": str(i)} for i in range(6)]
 ITEMS = [("toy/ExactAnswer-v0", t) for t in TASKS]

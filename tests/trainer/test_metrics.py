@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from cascade_envs.core import Completion, Reward
-from cascade_envs.trajectory import Trajectory, TurnRecord
 from cascade_envs.rollout.runner import EpisodeResult, GroupResult
 from cascade_envs.trainer.batch import RolloutBatch
 from cascade_envs.trainer.metrics import MetricsLogger, plot_rewards, reward_table, rollout_metrics
+from cascade_envs.trajectory import Trajectory, TurnRecord
 
 
 def episode(env_id: str, reward: Reward, n_tokens: int, finish: str = "stop") -> EpisodeResult:

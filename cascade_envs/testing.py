@@ -1,0 +1,212 @@
+"""``check_env``: the conformance check every environment passes, built-in or from a plugin.
+
+    from cascade_envs.testing import check_env
+
+    def test_my_env_conforms():
+        check_env("myns/MyEnv-v0", good_row=ROW, good_answer="... \\\\boxed{42}", bad_answer="\\\\boxed{41}")
+
+It plays the env the way the runner and the trainer do and asserts the contracts of DESIGN.md §2:
+
+- ``reset`` with a row and with a seed (the same seed draws the same task); observations are chat
+  messages of the env's observation space;
+- malformed rows (not a mapping, empty, and any ``bad_rows`` you pass with the field they break)
+  raise ``TaskError``, naming the field where you say which;
+- the good answer earns a positive, unmasked reward (through ``step`` and through the runner); the
+  bad answer, if given, a plain 0;
+- malformed answers — empty, several megabytes, invalid UTF-8, an unterminated ``<think>``, a
+  generation cut at the length limit — score a clear, unmasked 0 within ``time_limit_s``: a model
+  can neither earn reward with no answer nor turn a wrong answer into a masked one;
+- a masked reward carries an error, a zero carries no error, and they are told apart;
+- where the env has no group hook, scoring a group gives what scoring each answer alone gives.
+
+Multi-turn envs are checked on their final answer: ``good_answer`` is the model's last turn when
+``setup_turns`` (earlier model turns, e.g. tool calls) are played first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from .core import Completion, Reward, TaskError
+from .env import Env, run_sync
+
+T = TypeVar("T")
+
+MALFORMED_ANSWERS: dict[str, Any] = {
+    "empty": "",
+    "whitespace": " \n\t ",
+    "several megabytes": "x" * (3 * 1024 * 1024),
+    "invalid UTF-8": b"\xff\xfe\xfa not text \xc3\x28",
+    "unterminated think": "<think>I will answer soon",
+    "cut at the length limit": Completion("<think>working</think>partial answer", finish_reason="length"),
+}
+
+
+class ConformanceError(AssertionError):
+    """An env breaks a contract of DESIGN.md §2; the message says which."""
+
+
+def check_env(
+    env: str | Env,
+    good_row: dict[str, Any],
+    good_answer: str,
+    *,
+    bad_answer: str | None = None,
+    bad_rows: Iterable[tuple[Any, str | None]] = (),
+    setup_turns: Sequence[str] = (),
+    env_kwargs: dict[str, Any] | None = None,
+    time_limit_s: float = 60.0,
+) -> None:
+    """Assert that ``env`` (an id or an instance) keeps the environment contract; see the module docstring.
+
+    ``bad_rows``: ``(row, field)`` pairs; each row must raise ``TaskError`` whose ``field`` is the
+    given name (``None``: any field).
+    """
+    run_sync(_check(env, good_row, good_answer, bad_answer, list(bad_rows), list(setup_turns),
+                    env_kwargs or {}, time_limit_s))
+
+
+async def _check(
+    env_or_id: str | Env,
+    good_row: dict[str, Any],
+    good_answer: str,
+    bad_answer: str | None,
+    bad_rows: list[tuple[Any, str | None]],
+    setup_turns: list[str],
+    env_kwargs: dict[str, Any],
+    limit: float,
+) -> None:
+    from .registry import make
+
+    env = make(env_or_id, **env_kwargs) if isinstance(env_or_id, str) else env_or_id
+    name = env_or_id if isinstance(env_or_id, str) else type(env).__name__
+    _require(isinstance(env, Env), f"{name} is a {type(env).__name__}, not a cascade_envs.Env")
+    try:
+        await _check_reset(env, name, good_row)
+        await _check_rows(env, name, bad_rows)
+        good = await _bounded(_play(env, good_row, setup_turns, good_answer), limit, f"{name}: the good answer")
+        _require(not good.masked and good.value > 0, f"{name}: the good answer scored {_show(good)}")
+        _require(good.error is None, f"{name}: an unmasked reward carries an error: {_show(good)}")
+        if bad_answer is not None:
+            bad = await _bounded(_play(env, good_row, setup_turns, bad_answer), limit, f"{name}: the bad answer")
+            _require(not bad.masked and bad.value == 0, f"{name}: the bad answer scored {_show(bad)}")
+        for label, answer in MALFORMED_ANSWERS.items():
+            reward = await _bounded(_play(env, good_row, setup_turns, answer), limit, f"{name}: a {label} answer")
+            _require(not reward.masked and reward.value == 0,
+                     f"{name}: a {label} answer must score a plain 0, got {_show(reward)}")
+        if not setup_turns:
+            await _check_group_agrees(env, name, good_row, [good_answer, bad_answer or "", ""], limit)
+        await _check_runner(env, name, good_row, setup_turns, good_answer, good.value, limit)
+    finally:
+        if isinstance(env_or_id, str):
+            await env.aclose()
+
+
+async def _check_reset(env: Env, name: str, row: dict[str, Any]) -> None:
+    observation, info = await env.areset(options={"task": row})
+    _require(env.observation_space.contains(observation), f"{name}: reset's observation is not chat messages")
+    _require(bool(observation), f"{name}: reset gave no prompt messages")
+    _require(isinstance(info.get("task_id"), str), f"{name}: reset's info has no task_id")
+    if env.tasks is not None and len(env.tasks):
+        first = (await env.areset(seed=123))[1]["task_id"]
+        again = (await env.areset(seed=123))[1]["task_id"]
+        _require(first == again, f"{name}: the same seed drew different tasks ({first} vs {again})")
+
+
+async def _check_rows(env: Env, name: str, bad_rows: list[tuple[Any, str | None]]) -> None:
+    for row, field in [("not a mapping", None), ({}, None), *bad_rows]:
+        try:
+            await env.astart(row)
+        except TaskError as exc:
+            _require(field is None or exc.field == field,
+                     f"{name}: a row with a bad {field!r} raised TaskError about {exc.field!r}: {exc}")
+            continue
+        except Exception as exc:
+            raise ConformanceError(f"{name}: a malformed row raised {type(exc).__name__}, not TaskError: {exc}") from exc
+        raise ConformanceError(f"{name}: the malformed row {str(row)[:80]!r} was accepted")
+
+
+async def _play(env: Env, row: dict[str, Any], setup_turns: list[str], answer: Any) -> Reward:
+    """One episode through the env's machinery: setup turns, the answer, then the scoring path.
+
+    A group-scored env sees the answer next to an empty one (its reward needs a group).
+    """
+    episodes = [await _played(env, row, setup_turns, answer)]
+    if env.scores_groups:
+        episodes.append(await _played(env, row, setup_turns, ""))
+    try:
+        return (await env.ascore_episodes(episodes))[0]
+    finally:
+        for episode in episodes:
+            await env.aend(episode)
+
+
+async def _played(env: Env, row: dict[str, Any], setup_turns: list[str], answer: Any) -> Any:
+    episode = await env.astart(row)
+    for turn in setup_turns:
+        await env.aadvance(episode, turn)
+        _require(not episode.done, f"setup turn {turn[:40]!r} ended the episode")
+    await env.aadvance(episode, answer)
+    if not episode.done:
+        await env.atruncate(episode, "conformance check: the answer did not end the episode")
+    return episode
+
+
+async def _check_group_agrees(env: Env, name: str, row: dict[str, Any], answers: list[str], limit: float) -> None:
+    if env.scores_groups:
+        return
+    group = await _bounded(env.ascore_responses(row, answers), limit, f"{name}: group scoring")
+    alone = [await _bounded(env.areward(row, a), limit, f"{name}: scoring alone") for a in answers]
+    _require([_key(r) for r in group] == [_key(r) for r in alone],
+             f"{name}: group scoring {[_show(r) for r in group]} differs from per-sample {[_show(r) for r in alone]}")
+
+
+async def _check_runner(
+    env: Env, name: str, row: dict[str, Any], setup_turns: list[str], answer: str, expected: float, limit: float
+) -> None:
+    from .rollout import RolloutRunner
+
+    policy = _ScriptedPolicy([*setup_turns, answer])
+    runner = RolloutRunner(policy, group_size=2, envs={"conformance": env})
+    (group,) = await _bounded(runner.arun([("conformance", row)]), limit, f"{name}: a runner episode")
+    for episode in group.episodes:
+        _require(episode.error is None, f"{name}: the runner's episode failed: {episode.error}")
+        _require(not episode.reward.masked and episode.reward.value == expected,
+                 f"{name}: through the runner the good answer scored {_show(episode.reward)}, alone {expected}")
+
+
+class _ScriptedPolicy:
+    """Replays fixed turns: the k-th model turn of every episode is ``turns[k]``."""
+
+    def __init__(self, turns: list[str]):
+        self.turns = turns
+
+    async def agenerate(self, messages: list[Any], *, sampling: Any, thinking: bool = True) -> Completion:
+        k = sum(m.get("role") == "assistant" for m in messages)
+        return Completion(self.turns[min(k, len(self.turns) - 1)], finish_reason="stop")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def _bounded(awaitable: Awaitable[T], limit: float, what: str) -> T:
+    try:
+        return await asyncio.wait_for(awaitable, limit)
+    except TimeoutError:
+        raise ConformanceError(f"{what} took more than {limit:g} s") from None
+
+
+def _key(reward: Reward) -> tuple[float, bool]:
+    return reward.value, reward.masked
+
+
+def _show(reward: Reward) -> str:
+    what = reward.error if reward.masked else reward.reason
+    return f"{reward.value:g}{' (masked)' if reward.masked else ''}{f': {what}' if what else ''}"
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConformanceError(message)

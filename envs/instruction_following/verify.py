@@ -1,0 +1,46 @@
+"""The instruction checks as one top-level function, run in a verifier worker process or inline.
+
+Importing this module registers every checker family, so a worker that preloads it starts ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from .registry import get_instruction, load_families
+
+load_families()
+
+
+def response_variants(response: str, strict: bool) -> list[str]:
+    """The texts an instruction is checked against: the response, or IFEval's eight loose variants."""
+    if strict:
+        return [response]
+    lines = response.split("\n")
+    trimmed = [
+        response,
+        "\n".join(lines[1:]).strip(),
+        "\n".join(lines[:-1]).strip(),
+        "\n".join(lines[1:-1]).strip(),
+    ]
+    return trimmed + [text.replace("*", "") for text in trimmed]
+
+
+def follow_checks(checks: list[dict[str, Any]], answer: str, strict: bool) -> list[bool]:
+    """Whether ``answer`` follows each ``{"id", "kwargs"}`` check (any variant passing, when loose)."""
+    variants = [v for v in response_variants(answer, strict) if v.strip()]
+    results = []
+    for check in checks:
+        checker = get_instruction(check["id"]).check
+        results.append(any(checker(text, **check["kwargs"]) for text in variants))
+    return results
+
+
+def warm_up() -> None:
+    """Load the tokenizer and language models once (a worker's start-up, not a check's time)."""
+    from . import text
+
+    for load in (text._punkt, text._treebank, text._language_factory):
+        with contextlib.suppress(text.ResourceUnavailable):  # the checks that need it report it
+            load()

@@ -1,0 +1,123 @@
+"""Every registered env (built-ins and the example plugin) passes ``cascade_envs.testing.check_env``.
+
+Adding a built-in env without a case here fails ``test_every_builtin_env_has_a_case``.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import pytest
+
+import cascade_envs
+from cascade_envs.registry import envs as env_registry
+from cascade_envs.testing import ConformanceError, check_env
+
+
+def bundled(domain: str, index: int = 0) -> dict[str, Any]:
+    path = resources.files("cascade_envs.envs").joinpath(domain, "data", "samples.jsonl")
+    return json.loads(path.read_text(encoding="utf-8").splitlines()[index])
+
+
+SUM = "```python\nimport sys\nd = sys.stdin.read().split()\nt = int(d[0])\nprint('\\n'.join(str(int(d[1 + 2 * i]) + int(d[2 + 2 * i])) for i in range(t)))\n```"
+
+CASES: dict[str, dict[str, Any]] = {
+    "cascade/InstructionFollowing-v0": {
+        "good_row": {"id": "c", "prompt": "Describe a night. Use the word lantern.",
+                     "instruction_id_list": ["keywords:existence"], "kwargs": [{"keywords": ["lantern"]}]},
+        "good_answer": "<think>Mention it.</think>A lantern glowed all night.",
+        "bad_answer": "It was dark all night.",
+        "bad_rows": [({"prompt": "x", "instruction_id_list": "keywords:existence"}, "instruction_id_list"),
+                     ({"prompt": "x", "instruction_id_list": ["keywords:existence"], "kwargs": [{}, {}]}, "kwargs")],
+    },
+    "cascade/MCQA-v0": {
+        "good_row": bundled("mcqa"),
+        "good_answer": "<think>Nitrogen is about 78%.</think>\\boxed{B}",
+        "bad_answer": "\\boxed{A}",
+        "bad_rows": [({**bundled("mcqa"), "expected_answer": "Z"}, "expected_answer"),
+                     ({**bundled("mcqa"), "options": []}, "options")],
+    },
+    "cascade/StructuredOutput-v0": {
+        "good_row": bundled("structured_outputs"),
+        "good_answer": '{"name": "Amara Okafor", "age": 41, "email": "amara.okafor@example.org"}',
+        "bad_answer": "I could not find that data.",
+        "bad_rows": [({**bundled("structured_outputs"), "schema_str": "{not json"}, "schema_str"),
+                     ({**bundled("structured_outputs"), "schema_type": "docx"}, "schema_type")],
+    },
+    "cascade/Math-v0": {
+        "good_row": bundled("math"),
+        "good_answer": "<think>2^3 = 1 mod 7, 2^100 = 2^1.</think>The remainder is \\boxed{2}.",
+        "bad_answer": "\\boxed{3}",
+        "bad_rows": [({**bundled("math"), "expected_answer": ""}, "expected_answer")],
+    },
+    "cascade/Code-v0": {
+        "good_row": bundled("code"),
+        "good_answer": f"<think>Python ints are unbounded.</think>{SUM}",
+        "bad_answer": "```python\nprint(0)\n```",
+        "bad_rows": [({"prompt": "x", "verifier_metadata": {"unit_tests": "none"}}, None)],
+        "env_kwargs": {"time_limit_s": 5.0},
+    },
+}
+
+
+def test_every_builtin_env_has_a_case():
+    builtin = sorted(i for i in env_registry if i.startswith("cascade/"))
+    assert builtin == sorted(CASES)
+
+
+@pytest.mark.parametrize("env_id", sorted(CASES))
+def test_builtin_env_conforms(env_id):
+    check_env(env_id, **CASES[env_id])
+
+
+def test_example_plugin_env_conforms():
+    from cascade_envs_example.countdown import CountdownEnv
+
+    env = CountdownEnv()
+    try:
+        check_env(
+            env,
+            good_row={"id": "t", "nums": [20, 14, 3, 3], "target": 40},
+            good_answer="<think>20 + 14 + 3 + 3</think><answer>20 + 14 + 3 + 3</answer>",
+            bad_answer="<answer>20 + 14</answer>",
+            bad_rows=[({"nums": "1 2", "target": 3}, "nums")],
+        )
+    finally:
+        env.close()
+
+
+def test_check_env_catches_an_env_that_scores_an_empty_answer_1():
+    from tests.toy_envs import ExactAnswerEnv
+
+    class Generous(ExactAnswerEnv):
+        async def ascore(self, task, answer):
+            return cascade_envs.Reward(1.0)
+
+    with pytest.raises(ConformanceError, match="a empty answer must score a plain 0"):
+        check_env(Generous(), {"prompt": "q", "answer": "4"}, "4")
+
+
+def test_check_env_catches_an_env_that_masks_a_wrong_answer():
+    from tests.toy_envs import ExactAnswerEnv
+
+    class Touchy(ExactAnswerEnv):
+        async def ascore(self, task, answer):
+            if answer != task["answer"]:
+                raise ValueError("cannot parse")
+            return cascade_envs.Reward(1.0)
+
+    with pytest.raises(ConformanceError, match="masked"):
+        check_env(Touchy(), {"prompt": "q", "answer": "4"}, "4", bad_answer="5")
+
+
+def test_check_env_catches_a_row_error_that_is_not_a_task_error():
+    from tests.toy_envs import ExactAnswerEnv
+
+    class Sloppy(ExactAnswerEnv):
+        def load_task(self, row):
+            return {**row, "answer": row["answer"].strip()}  # KeyError / AttributeError on bad rows
+
+    with pytest.raises(ConformanceError, match="not TaskError"):
+        check_env(Sloppy(), {"prompt": "q", "answer": "4"}, "4")
