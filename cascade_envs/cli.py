@@ -100,7 +100,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     output = Path(args.output or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     if output.exists():
         output.unlink()
-    policy_kwargs = {"model": args.model} if args.model and args.policy.startswith("http") else {}
+    policy_kwargs: dict[str, Any] = {}
+    if args.policy.startswith("http"):
+        policy_kwargs = {"model": args.model, "timeout_s": args.request_timeout}
     policy = make_policy(args.policy, **policy_kwargs)
     sampling = SamplingParams(args.max_tokens, args.temperature, args.top_p, seed=args.seed)
     runner = RolloutRunner(
@@ -108,9 +110,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         sampling=sampling,
         group_size=args.group_size,
         concurrency=args.concurrency,
-        env_kwargs=env_kwargs,
+        envs=mix.envs,
         results_path=output,
         progress=not args.no_progress,
+        episode_timeout_s=args.episode_timeout,
     )
     from .env import run_sync
 
@@ -118,14 +121,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
         try:
             return await runner.arun(items)
         finally:
+            await runner.aclose()
+            await mix.aclose()
             await policy.aclose()
 
     started = time.perf_counter()
     groups = run_sync(run())
     elapsed = time.perf_counter() - started
-    print(MixMetrics().add_groups(groups).table())
-    episodes = sum(len(g.episodes) for g in groups)
-    print(f"\n{episodes} episodes in {elapsed:.1f} s; results: {output}")
+    metrics = MixMetrics().add_groups(groups)
+    print(metrics.table())
+    total = metrics.total()
+    print(f"\n{total.episodes} episodes in {elapsed:.1f} s; results: {output}")
+    stats = getattr(policy, "stats", None)
+    if stats and (stats.get("retries") or stats.get("failures")):
+        print(f"policy requests: {stats.get('requests', 0)}, retried {stats.get('retries', 0)}, "
+              f"failed {stats.get('failures', 0)}")
+    if total.errors:
+        print(f"{total.errors} episode(s) failed; first errors: {'; '.join(e for s in metrics.stats.values() for e in s.error_examples)[:600]}")
+    if total.episodes and total.errors == total.episodes:
+        print("every episode failed", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -173,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
                    help="episodes in flight at once (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+                   help="overall deadline of one policy request, retries excluded (default %(default)s)")
+    p.add_argument("--episode-timeout", type=float, default=None, metavar="S",
+                   help="wall-clock budget of one episode; past it the episode ends truncated")
     p.add_argument("-o", "--output", help="results JSONL (default runs/eval-TIMESTAMP.jsonl)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(fn=cmd_eval)

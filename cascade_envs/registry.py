@@ -38,14 +38,17 @@ class Spec:
     """A registered, not yet imported, environment/sandbox/judge."""
 
     id: str
-    entry_point: str
+    entry_point: str | Callable[..., Any]
+    """``"pkg.mod:Attr"`` (imported at ``make``), or the callable itself for run-time registrations."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     plugin: str = ""
     distribution: str = ""
     version: str = ""
 
     def load(self) -> Any:
-        """Import and return the object named by ``entry_point`` (``"pkg.mod:Attr"``)."""
+        """Import and return the object named by ``entry_point`` (``"pkg.mod:Attr"``, or the object)."""
+        if not isinstance(self.entry_point, str):
+            return self.entry_point
         module_name, _, attr = self.entry_point.partition(":")
         try:
             obj: Any = importlib.import_module(module_name)
@@ -207,10 +210,11 @@ def sync_gymnasium() -> None:
 def register(env_id: str, entry_point: str | type, **kwargs: Any) -> None:
     """Register an environment at run time (plugins use the hook instead).
 
-    ``entry_point`` is ``"pkg.mod:Class"`` or the class itself.
+    ``entry_point`` is ``"pkg.mod:Class"`` or the class itself (kept as is when it cannot be
+    imported by name, e.g. a class defined inside a function).
     """
     check_env_id(env_id)
-    if not isinstance(entry_point, str):
+    if not isinstance(entry_point, str) and "<locals>" not in entry_point.__qualname__:
         entry_point = f"{entry_point.__module__}:{entry_point.__qualname__}"
     envs.ensure_loaded()
     envs.register(env_id, Spec(env_id, entry_point, kwargs, plugin="<runtime>"), replace=True)

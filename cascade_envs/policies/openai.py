@@ -7,22 +7,24 @@ sampled token ids and logprobs when the server returns them.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import random
 import re
 from typing import Any
 
 from ..core import Completion, Message
+from ..http import HTTPRequestError, RetryingClient
 from ..policy import ContextOverflowError, PolicyError, SamplingParams
 
 _CONTEXT_OVERFLOW = re.compile(r"context length|context window|maximum context|too many tokens|prompt is too long", re.I)
 
-RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-
-
 class OpenAIChatPolicy:
-    """A chat-completions client for an OpenAI-compatible endpoint (``base_url`` ends in ``/v1``)."""
+    """A chat-completions client for an OpenAI-compatible endpoint (``base_url`` ends in ``/v1``).
+
+    Requests go through the kernel's ``RetryingClient``: each attempt has an overall deadline
+    (``timeout_s``, covering a server that trickles its answer), 5xx/429/timeouts are retried with
+    backoff within ``retry_budget_s`` (default: four deadlines), and a 400 saying the prompt does
+    not fit raises ``ContextOverflowError``. ``stats`` counts what was retried and what failed.
+    """
 
     def __init__(
         self,
@@ -33,25 +35,29 @@ class OpenAIChatPolicy:
         timeout_s: float = 600.0,
         max_retries: int = 3,
         backoff_s: float = 0.5,
+        retry_budget_s: float | None = None,
         concurrency: int = 256,
         extra_body: dict[str, Any] | None = None,
     ):
-        import httpx
-
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
         self.extra_body = extra_body or {}
         key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+        self._http = RetryingClient(
+            self.base_url,
             headers={"Authorization": f"Bearer {key}"},
-            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            retry_budget_s=retry_budget_s if retry_budget_s is not None else 4 * timeout_s,
+            concurrency=concurrency,
         )
-        self._semaphore = asyncio.Semaphore(concurrency)
         self._model_lock = asyncio.Lock()
+
+    @property
+    def stats(self) -> Any:
+        """Requests, retries and failures so far, by reason (see ``RetryingClient.stats``)."""
+        return self._http.stats
 
     async def _model_name(self) -> str:
         async with self._model_lock:
@@ -85,41 +91,19 @@ class OpenAIChatPolicy:
         self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
     ) -> Completion:
         model = await self._model_name()
-        async with self._semaphore:
-            data = await self._request("POST", "/chat/completions", self._body(model, messages, sampling, thinking))
+        data = await self._request("POST", "/chat/completions", self._body(model, messages, sampling, thinking))
         return parse_chat_completion(data)
 
     async def _request(self, method: str, path: str, body: dict | None = None) -> Any:
-        import httpx
-
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
-            try:
-                response = await self._client.request(method, path, json=body)
-            except httpx.TimeoutException:
-                last = "timed out"
-                continue
-            except httpx.TransportError as exc:
-                last = f"connection failed ({type(exc).__name__}: {exc})"
-                continue
-            if response.status_code in RETRY_STATUS:
-                last = f"HTTP {response.status_code}: {response.text[:200]}"
-                continue
-            if response.status_code == 400 and _CONTEXT_OVERFLOW.search(response.text):
-                raise ContextOverflowError(f"{self.base_url}{path}: {response.text[:300]}")
-            if response.status_code >= 400:
-                raise PolicyError(f"{method} {self.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}")
-            try:
-                return response.json()
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                last = f"malformed JSON in the response: {response.text[:200]!r}"
-                continue
-        raise PolicyError(f"{method} {self.base_url}{path}: {last} (after {self.max_retries + 1} attempts)")
+        try:
+            return await self._http.request_json(method, path, body)
+        except HTTPRequestError as exc:
+            if exc.status == 400 and _CONTEXT_OVERFLOW.search(exc.body or ""):
+                raise ContextOverflowError(f"{self.base_url}{path}: {(exc.body or '')[:300]}") from exc
+            raise PolicyError(str(exc)) from exc
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
 
 
 def parse_chat_completion(data: Any) -> Completion:

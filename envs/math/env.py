@@ -1,9 +1,11 @@
 """``cascade/Math-v0``: a final answer checked for symbolic equivalence with ``expected_answer``.
 
 Rows use the NeMo Gym ``math_with_judge`` layout: ``responses_create_params.input`` (the prompt),
-``question`` and ``expected_answer``. Checks run in a process-wide pool of worker processes
-(``pool.py``), never on the event loop: each has a hard timeout, and a check that overruns or
-crashes gives a masked reward with the reason, not a 0.
+``question`` and ``expected_answer``. Checks run in the env's own pool of worker processes
+(``cascade_envs.workers``; started on first use, stopped by ``aclose``), never on the event
+loop: each has a hard timeout, and a check that overruns or crashes gives a masked reward with the
+reason, not a 0 (sympy can stall on a perfectly reasonable gold answer, so a time-out is not taken
+as the answer's fault here).
 
 Upstream falls back to an LLM judge when the symbolic check fails; this env is the symbolic
 check alone (a judge-backed variant can wrap it), so answers that only a judge accepts score 0.
@@ -15,8 +17,8 @@ import os
 from typing import Any, ClassVar
 
 from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs.workers import CallFailed, CallTimeout, WorkerDied, WorkerPool
 
-from .pool import CallFailed, CallTimeout, WorkerDied, WorkerPool, shared_pool
 from .verify import check
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -26,7 +28,7 @@ DEFAULT_MEMORY_MB = 4096
 class MathEnv(Env):
     """Math answers verified with math-verify (gold first), reward 1/0.
 
-    ``timeout_s`` bounds each check; ``workers`` is the size of the shared verifier pool (default:
+    ``timeout_s`` bounds each check; ``workers`` is the size of the env's verifier pool (default:
     up to 4, one per CPU); ``memory_mb`` caps each worker's address space.
     """
 
@@ -46,6 +48,7 @@ class MathEnv(Env):
         self.timeout_s = float(timeout_s)
         self.workers = int(workers or min(4, os.cpu_count() or 1))
         self.memory_mb = memory_mb
+        self._pool: WorkerPool | None = None
         super().__init__(tasks, **kwargs)
 
     def load_task(self, row: dict[str, Any]) -> Task:
@@ -61,7 +64,16 @@ class MathEnv(Env):
 
     @property
     def pool(self) -> WorkerPool:
-        return shared_pool(check, self.workers, self.timeout_s, self.memory_mb)
+        """This env's verifier pool (made on first use; its processes start on its first call)."""
+        if self._pool is None:
+            self._pool = WorkerPool(check, self.workers, self.timeout_s, self.memory_mb)
+        return self._pool
+
+    async def aclose(self) -> None:
+        """Stop the verifier workers."""
+        if self._pool is not None:
+            await self._pool.aclose()
+        await super().aclose()
 
     async def ascore(self, task: Task, answer: str) -> Reward:
         gold = task["expected_answer"]

@@ -3,15 +3,33 @@
 Rows use the NeMo Gym ``mcqa`` layout: ``responses_create_params.input`` (the prompt), ``options``
 (a list of ``{letter: text}``), ``expected_answer`` (the gold letter), ``grading_mode`` and
 optionally ``template_metadata.output_regex``. See ``grading.py`` for what each mode accepts.
+
+Limits: answers over ``max_answer_chars`` are not graded. The built-in extractors are linear in
+the answer and run in-process; a row's ``output_regex`` runs in the env's ``VerifierPool``
+(worker processes, started on first use, closed by ``aclose``) under a hard ``timeout_s``. Scored
+0 with a reason starting "verifier limit: " (the answer's fault): an answer over the size limit,
+or one that makes the row's regex run past the time limit while the regex handles a short
+canonical answer (``\\boxed{A}``, ``Answer: A``) quickly. Masked (the task's fault): the regex
+times out on those canonical answers too, i.e. it is unusable whatever the model writes; also
+masked: the worker crashed or the check raised.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
+from cascade_envs.workers import WorkerError
 
-from .grading import DEFAULT_MODE, GRADING_MODES, Options, compile_output_regex, custom_regex
+from .grading import DEFAULT_MODE, GRADING_MODES, Options, compile_output_regex, regex_letter
+
+MAX_ANSWER_CHARS = 200_000
+TIMEOUT_S = 10.0
+PROBES = ("\\boxed{A}", "Answer: A")
+"""Short canonical answers: a row regex that cannot handle these in time is the task's fault."""
+PROBE_TIMEOUT_S = 2.0
 
 
 def _check_options(value: Any) -> list[dict[str, str | None]]:
@@ -41,14 +59,27 @@ class MCQAEnv(Env):
     """Multiple-choice QA: the extracted answer letter must equal ``expected_answer``.
 
     ``grading_mode`` overrides every row's own mode when given (like the upstream server setting).
+    ``timeout_s``: hard limit per answer on a row's ``output_regex``; ``max_answer_chars``: longer
+    answers score 0 ungraded; ``workers``: verifier processes (default up to 4, one per CPU).
     """
 
     default_tasks: ClassVar[str | None] = "bundled:mcqa/samples.jsonl"
 
-    def __init__(self, tasks: Any = None, *, grading_mode: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        tasks: Any = None,
+        *,
+        grading_mode: str | None = None,
+        timeout_s: float = TIMEOUT_S,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
+        workers: int | None = None,
+        **kwargs: Any,
+    ):
         if grading_mode is not None and grading_mode not in GRADING_MODES:
             raise ValueError(f"unknown grading_mode {grading_mode!r}; choose from {sorted(GRADING_MODES)}")
         self.grading_mode = grading_mode
+        self.verifier = VerifierPool(timeout_s=timeout_s, max_chars=max_answer_chars, workers=workers)
+        self._slow_regexes: dict[str, bool] = {}  # output_regex -> times out on the canonical probes
         super().__init__(tasks, **kwargs)
 
     def load_task(self, row: dict[str, Any]) -> Task:
@@ -83,8 +114,16 @@ class MCQAEnv(Env):
             return Reward.zero("empty response", **info)
         predicted = None
         regex = (task.get("template_metadata") or {}).get("output_regex")
-        if regex:
-            predicted = custom_regex(answer, compile_output_regex(regex), options, allowed)
+        try:
+            self.verifier.check_size(answer)
+            if regex:
+                predicted = await self.verifier.run(regex_letter, answer, regex, options, allowed)
+        except VerifierLimit as exc:
+            if exc.kind == "time" and await self._regex_is_unusable(regex, options, allowed):
+                return Reward.failed(f"output_regex times out even on a short canonical answer: {exc}", **info)
+            return Reward.zero(str(exc), **info)
+        except WorkerError as exc:
+            return Reward.failed(f"output_regex check failed: {exc}", **info)
         if predicted is None:
             predicted = GRADING_MODES[mode](answer, options, allowed)
         info["extracted_answer"] = predicted
@@ -93,3 +132,26 @@ class MCQAEnv(Env):
         if predicted != gold:
             return Reward.zero(f"answered {predicted}, expected {gold}", **info)
         return Reward(1.0, info)
+
+    async def _regex_is_unusable(self, regex: Any, options: Options, allowed: set[str]) -> bool:
+        """Whether ``regex`` also times out on the short canonical answers (cached per regex)."""
+        key = json.dumps(regex)
+        if key not in self._slow_regexes:
+            limit = min(self.verifier.timeout_s, PROBE_TIMEOUT_S)
+            try:
+                for probe in PROBES:
+                    await self.verifier.run(regex_letter, probe, regex, options, allowed, timeout_s=limit)
+                slow = False
+            except VerifierLimit:
+                slow = True
+            except WorkerError:
+                return False
+            if len(self._slow_regexes) > 1024:
+                self._slow_regexes.clear()
+            self._slow_regexes[key] = slow
+        return self._slow_regexes[key]
+
+    async def aclose(self) -> None:
+        """Stop the verifier workers."""
+        await self.verifier.aclose()
+        await super().aclose()

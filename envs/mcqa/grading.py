@@ -11,8 +11,9 @@ optional ``template_metadata.output_regex``), so released data scores the same w
   single choice (a list such as ``A or B`` is ambiguous and names none).
 - custom regexes: case-insensitive, last match wins; they take priority over the mode.
 
-Every extractor is linear in the response length (``rfind`` and brace matching rather than
-backtracking patterns), so a megabyte-long response cannot stall the event loop.
+Every built-in extractor is linear in the response length (``rfind`` and brace matching rather
+than backtracking patterns), so the env runs them in-process. A row's own ``output_regex`` may
+backtrack catastrophically, so the env runs it in a verifier worker (``regex_letter``).
 """
 
 from __future__ import annotations
@@ -185,3 +186,8 @@ def compile_output_regex(value: object) -> list[re.Pattern[str]]:
         return [re.compile(p, re.IGNORECASE) for p in patterns]
     except re.error as exc:
         raise ValueError(f"invalid regex: {exc}") from exc
+
+
+def regex_letter(text: str, output_regex: object, options: Options, allowed: set[str]) -> str | None:
+    """``custom_regex`` with the row's ``output_regex`` (compiled here: this runs in a worker)."""
+    return custom_regex(text, compile_output_regex(output_regex), options, allowed)

@@ -12,6 +12,17 @@ Reward 1 when the document validates, else 0 with ``components["error_type"]`` (
 ``validation_error``, ``missing_tool_call``, ...) and ``components["errors"]`` (messages with
 JSON paths). A schema that is not valid JSON or not a valid JSON schema fails at load with a
 ``TaskError`` naming ``schema_str``.
+
+Limits: parsing and validation run in the env's ``VerifierPool`` (worker processes, started on
+first use, closed by ``aclose``) with a hard ``timeout_s`` per answer; answers over
+``max_answer_chars`` are not parsed. Both are the answer's fault and score 0 with a reason
+starting "verifier limit: ": the schema compiled and was checked when the task loaded, so what
+remains costly is the document (huge, deeply nested, or a string that makes a schema ``pattern``
+backtrack catastrophically; a model can learn to avoid those, and the same schema validates
+sensible answers quickly). Masked instead (the verifier's or the task's fault): the worker
+crashed or ran out of memory, or the check raised. Answers of at most ``inline_chars``
+characters against a schema with no regular expression (``pattern``/``patternProperties``)
+are checked in-process, where a worker round trip would cost more than the check.
 """
 
 from __future__ import annotations
@@ -19,11 +30,18 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
+from cascade_envs.workers import WorkerError
 
-from .formats import PARSERS, XML_MISSING, ParseError, coerce, format_available, parse, unfence
-from .schema import SchemaProblem, schema_text, strict_validator, validation_errors
+from .formats import PARSERS, XML_MISSING, format_available
+from .schema import SchemaProblem, schema_text, strict_validator
+from .verify import check_document, check_text
 
 RESPONSE_MODES = ("text", "tool_call")
+MAX_ANSWER_CHARS = 200_000
+TIMEOUT_S = 10.0
+INLINE_CHARS = 0
+_REGEX_KEYS = ('"pattern"', '"patternProperties"')
 
 
 def _fail(error_type: str, errors: list[str], **info: Any) -> Reward:
@@ -34,13 +52,27 @@ class StructuredOutputEnv(Env):
     """Structured output checked against a strict JSON schema.
 
     ``allow_code_fence=True`` also accepts a reply wrapped in one markdown code fence (upstream
-    does not, and neither does the default).
+    does not, and neither does the default). ``timeout_s``: hard limit per answer's check;
+    ``max_answer_chars``: longer answers score 0 unchecked; ``inline_chars``: see the module doc;
+    ``workers``: verifier processes (default up to 4, one per CPU).
     """
 
     default_tasks: ClassVar[str | None] = "bundled:structured_outputs/samples.jsonl"
 
-    def __init__(self, tasks: Any = None, *, allow_code_fence: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        tasks: Any = None,
+        *,
+        allow_code_fence: bool = False,
+        timeout_s: float = TIMEOUT_S,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
+        inline_chars: int = INLINE_CHARS,
+        workers: int | None = None,
+        **kwargs: Any,
+    ):
         self.allow_code_fence = bool(allow_code_fence)
+        self.inline_chars = int(inline_chars)
+        self.verifier = VerifierPool(timeout_s=timeout_s, max_chars=max_answer_chars, workers=workers)
         super().__init__(tasks, **kwargs)
 
     def load_task(self, row: dict[str, Any]) -> Task:
@@ -63,29 +95,35 @@ class StructuredOutputEnv(Env):
         return task
 
     async def ascore(self, task: Task, answer: str) -> Reward:
-        validator = strict_validator(schema_text(task["schema_str"]))
+        schema = schema_text(task["schema_str"])
         schema_type = task.get("schema_type", "json").lower()
         mode = task.get("response_mode") or "text"
         info: dict[str, Any] = {"schema_type": schema_type, "response_mode": mode}
-        if mode == "tool_call":
-            document, problem = self._tool_payload(task, answer)
-            if problem:
-                return _fail(*problem, **info)
-        else:
-            if not answer.strip():
-                return _fail("empty_response", ["the response is empty"], **info)
-            try:
-                document = parse(unfence(answer) if self.allow_code_fence else answer, schema_type)
-            except ParseError as exc:
-                return _fail("parse_error", [str(exc)], **info)
-            document = coerce(document, schema_type, validator.schema)
         try:
-            errors = validation_errors(validator, document)
-        except RecursionError:
-            return _fail("validation_error", ["the document is nested too deeply to validate"], **info)
-        if errors:
-            return _fail("validation_error", errors, **info)
+            self.verifier.check_size(answer)
+            inline = len(answer) <= self.inline_chars and not any(key in schema for key in _REGEX_KEYS)
+            if mode == "tool_call":
+                document, problem = self._tool_payload(task, answer)
+                if not problem:
+                    problem = await self.verifier.run(check_document, schema, document, inline=inline)
+            elif not answer.strip():
+                problem = "empty_response", ["the response is empty"]
+            else:
+                problem = await self.verifier.run(
+                    check_text, schema, schema_type, answer, self.allow_code_fence, inline=inline
+                )
+        except VerifierLimit as exc:
+            return Reward.zero(str(exc), error_type="verifier_limit", **info)
+        except WorkerError as exc:
+            return Reward.failed(f"structured-output verifier failed: {exc}", **info)
+        if problem:
+            return _fail(*problem, **info)
         return Reward(1.0, info)
+
+    async def aclose(self) -> None:
+        """Stop the verifier workers."""
+        await self.verifier.aclose()
+        await super().aclose()
 
     def _tool_payload(self, task: Task, answer: str) -> tuple[Any, tuple[str, list[str]] | None]:
         """The document carried by the single tool call in ``answer``, or the problem with it."""

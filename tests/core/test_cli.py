@@ -101,3 +101,13 @@ def test_serve_sandbox_finds_the_code_env_service(monkeypatch):
     monkeypatch.setattr(service, "serve_sandbox", lambda **kw: seen.update(kw))
     assert main(["serve-sandbox", "--port", "0", "--workers", "3", "--max-queue", "5"]) == 0
     assert seen == {"host": "127.0.0.1", "port": 0, "workers": 3, "backend": None, "max_queue": 5}
+
+
+def test_eval_exits_nonzero_when_every_episode_failed(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    code = main(["eval", "--policy", "http://127.0.0.1:9/v1", "--model", "m", "--env", "cascade/MCQA-v0",
+                 "--limit", "2", "--request-timeout", "1", "--no-progress", "-o", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1 and "every episode failed" in captured.err
+    assert "2 episode(s) failed" in captured.out and "connection" in captured.out.lower()
+    assert len(out.read_text().splitlines()) == 2  # nothing lost: both failures are recorded

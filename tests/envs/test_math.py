@@ -1,12 +1,9 @@
-"""cascade/Math-v0: symbolic equivalence, the worker pool's hard timeouts, NeMo Gym parity, bad input."""
+"""cascade/Math-v0: symbolic equivalence, the env's own worker pool, NeMo Gym parity, bad input."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
-import os
-import threading
 import time
 from pathlib import Path
 
@@ -17,71 +14,52 @@ from hypothesis import strategies as st
 from cascade_envs import TaskError, make
 from cascade_envs.env import run_sync
 from cascade_envs.envs.math.env import MathEnv
-from cascade_envs.envs.math.pool import CallFailed, CallTimeout, WorkerDied, WorkerPool
 from cascade_envs.envs.math.verify import strip_delimiters
+
+_ENV: list[MathEnv] = []
+
+
+def shared_env() -> MathEnv:
+    """One env for this module's checks (its one warm worker), closed when the module is done."""
+    if not _ENV:
+        _ENV.append(MathEnv([], timeout_s=20, workers=1))
+    return _ENV[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_env():
+    yield
+    while _ENV:
+        _ENV.pop().close()
 
 
 def score(text, gold: str = "4", env: MathEnv | None = None, **task):
-    env = env or MathEnv([], timeout_s=20, workers=1)
+    env = env or shared_env()
     return run_sync(env.areward(env.load_task({"prompt": "Solve.", "expected_answer": gold, **task}), text))
 
 
-# ----- the worker pool --------------------------------------------------------------------------
+# ----- the env's own worker pool (the pool itself: tests/test_workers.py) ----------------------
 
-@pytest.fixture
-def pool():
-    pool = WorkerPool(time.sleep, workers=2, timeout_s=1.0)
-    yield pool
-    pool.close()
-
-
-def test_pool_kills_only_the_call_that_overruns(pool: WorkerPool):
-    async def both():
-        slow = asyncio.ensure_future(pool.call(30))
-        fast = await pool.call(0.01)
-        with pytest.raises(CallTimeout):
-            await slow
-        return fast
-
-    start = time.perf_counter()
-    assert run_sync(both()) is None
-    assert time.perf_counter() - start < 10
-    assert run_sync(pool.call(0)) is None  # a fresh worker replaced the killed one
+def test_the_env_owns_its_pool_and_aclose_stops_it():
+    env = MathEnv([], timeout_s=20, workers=2)
+    assert env._pool is None  # nothing is started before the first check
+    assert score("\\boxed{4}", env=env).value == 1.0
+    pool = env.pool
+    assert pool.live_workers == 1
+    env.close()
+    assert pool.live_workers == 0
+    assert score("\\boxed{4}", env=env).value == 1.0  # a later check starts a fresh worker
+    run_sync(env.aclose())
+    assert pool.live_workers == 0
 
 
-def test_pool_reports_crashes_and_exceptions():
-    dying = WorkerPool(os._exit, workers=1, timeout_s=5)
-    failing = WorkerPool(math.sqrt, workers=1, timeout_s=5)
+def test_two_envs_do_not_share_workers():
+    first, second = MathEnv([], workers=1), MathEnv([], workers=1)
     try:
-        with pytest.raises(WorkerDied, match="exit code 3"):
-            run_sync(dying.call(3))
-        with pytest.raises(CallFailed, match="ValueError: math domain error"):
-            run_sync(failing.call(-1.0))
-        assert run_sync(failing.call(4.0)) == 2.0
+        assert first.pool is not second.pool
     finally:
-        dying.close()
-        failing.close()
-
-
-def test_pool_works_from_any_thread_and_event_loop(pool: WorkerPool):
-    results: list = []
-
-    def worker():
-        results.append(run_sync(pool.call(0)))
-
-    threads = [threading.Thread(target=worker) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert results == [None, None, None]
-
-
-def test_pool_arguments_are_checked():
-    with pytest.raises(ValueError):
-        WorkerPool(time.sleep, workers=0)
-    with pytest.raises(ValueError):
-        WorkerPool(time.sleep, timeout_s=0)
+        first.close()
+        second.close()
 
 
 # ----- scoring ----------------------------------------------------------------------------------
@@ -154,7 +132,10 @@ def test_bundled_samples_score_real_answers():
         bad = [env.areward(t, "\\boxed{\\frac{7}{5}}") for t in env.tasks]
         return await asyncio.gather(*good), await asyncio.gather(*bad)
 
-    good, bad = run_sync(all_samples())
+    try:
+        good, bad = run_sync(all_samples())
+    finally:
+        env.close()
     assert [r.value for r in good] == [1.0] * len(env.tasks), [r.to_dict() for r in good if r.value != 1.0]
     assert [r.value for r in bad] == [0.0] * len(env.tasks)
 
@@ -183,7 +164,11 @@ def test_nemo_gym_rows_and_rollouts(shared_data: Path):
     async def all_rollouts():
         return await asyncio.gather(*(env.areward(t, rollout_text(r)) for t, r in zip(tasks, rollouts, strict=True)))
 
-    for rollout, reward in zip(rollouts, run_sync(all_rollouts()), strict=True):
+    try:
+        rewards = run_sync(all_rollouts())
+    finally:
+        env.close()
+    for rollout, reward in zip(rollouts, rewards, strict=True):
         assert not reward.masked, reward.error
         assert reward.value == rollout["library_reward"] == rollout["reward"]
         assert reward.components["extracted_answer"] == rollout["extracted_answer"]
@@ -198,19 +183,27 @@ def test_empty_binary_and_invalid_utf8(text):
 
 
 def test_megabyte_response_is_bounded():
+    env = MathEnv([], timeout_s=5, workers=1)
     start = time.perf_counter()
-    reward = score("1 + " * 250_000 + "\\boxed{4}", env=MathEnv([], timeout_s=5, workers=1))
+    try:
+        reward = score("1 + " * 250_000 + "\\boxed{4}", env=env)
+    finally:
+        env.close()
     assert time.perf_counter() - start < 15
     assert reward.value == 1.0 or reward.masked
 
 
 def test_a_check_that_hangs_sympy_is_masked_within_the_timeout():
     env = MathEnv([], timeout_s=2, workers=1)
-    start = time.perf_counter()
-    reward = score("\\boxed{9^{9^{9^{9}}}}", "2", env=env)
-    assert time.perf_counter() - start < 10
-    assert reward.masked and reward.error == "verification timed out after 2 s"
-    assert score("\\boxed{2}", "2", env=env).value == 1.0  # the pool recovered
+    try:
+        assert score("\\boxed{2}", "2", env=env).value == 1.0  # warm: start-up is not part of a check
+        start = time.perf_counter()
+        reward = score("\\boxed{9^{9^{9^{9}}}}", "2", env=env)
+        assert time.perf_counter() - start < 10
+        assert reward.masked and reward.error == "verification timed out after 2 s"
+        assert score("\\boxed{2}", "2", env=env).value == 1.0  # the pool recovered
+    finally:
+        env.close()
 
 
 @settings(max_examples=40, deadline=None)
@@ -218,6 +211,6 @@ def test_a_check_that_hangs_sympy_is_masked_within_the_timeout():
                                       "(", ")", "\\", "1.5", "\\infty", ","]) | st.text(max_size=3),
                      max_size=25).map("".join))
 def test_random_responses_never_crash(text):
-    reward = score(text, "2", env=MathEnv([], timeout_s=10, workers=1))
+    reward = score(text, "2")
     assert reward.value in (0.0, 1.0)
     assert not reward.masked or reward.error.startswith(("verification timed out", "math-verify failed"))
