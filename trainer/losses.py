@@ -21,11 +21,12 @@ def group_advantages(rewards: Tensor, valid: Tensor | None = None) -> Tensor:
 
     ``std`` is the unbiased sample standard deviation (as ``torch.std``). A group whose rewards
     are all equal — or that has fewer than two valid samples — gets zeros. ``valid`` (bool,
-    same shape) leaves masked samples out of the statistics; they get advantage 0.
+    same shape) leaves masked samples out of the statistics; they get advantage 0. Computed in
+    float64, so "all equal" means what it means for the Python floats the envs return.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [groups, G], got shape {tuple(rewards.shape)}")
-    r = rewards.float()
+    r = rewards.double()
     ok = torch.ones_like(r, dtype=torch.bool) if valid is None else valid.bool()
     ok = ok & torch.isfinite(r)
     r = torch.where(ok, r, torch.zeros_like(r))
