@@ -3,6 +3,8 @@ training loop runs any of them unchanged."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 import torch
 
@@ -18,7 +20,7 @@ class InferenceAnchored(LossStrategy):
 
     name = "test-anchored"
     sources = frozenset({"inference"})
-    seen: list[LossInputs] = []
+    seen: ClassVar[list[LossInputs]] = []
 
     def group_advantages(self, rewards, valid):
         return [float(r) if ok else 0.0 for r, ok in zip(rewards, valid, strict=True)]
@@ -74,7 +76,7 @@ def test_grpo_declares_the_reference_only_with_kl():
 
 
 def test_unknown_algorithm_names_the_known_ones():
-    with pytest.raises(ConfigError, match="algorithm: unknown loss strategy 'grop'.*did you mean 'grpo'"):
+    with pytest.raises(ConfigError, match=r"algorithm: unknown loss strategy 'grop'.*did you mean 'grpo'"):
         config_from_dict({"algorithm": "grop", "mix": {"envs": {"cascade/MCQA-v0": 1.0}}})
 
 
