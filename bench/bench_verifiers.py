@@ -4,8 +4,12 @@ For every bundled sample it builds a correct and a wrong response (with a paragr
 in front, as a model would write) and scores them all, repeatedly, for ``--seconds`` per side:
 
 - MCQA: ``MCQAEnv.areward`` vs. a naive baseline (one regex for ``\\boxed{X}``, compare);
+- MCQA with a row ``output_regex`` (checked in the env's verifier workers, hard timeout) vs. the
+  same regex in-process;
 - structured outputs: ``StructuredOutputEnv.areward`` vs. a naive baseline
-  (``json.loads`` + ``jsonschema.validate`` against the strict schema on every call);
+  (``json.loads`` + ``jsonschema.validate`` against the strict schema on every call), on the
+  short bundled documents (checked in-process) and on ~2-3k-character documents, the size of
+  real model answers (checked in the env's verifier workers);
 - math: ``MathEnv.areward`` (a worker process with a hard timeout, one worker) vs. calling
   ``math_verify.parse``/``verify`` directly in-process (no isolation, no timeout off the main
   thread). The ratio is the price of isolation.
@@ -81,14 +85,35 @@ def mcqa_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float
     return env, cases, naive
 
 
-def structured_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float]]:
+def mcqa_regex_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float]]:
+    env = MCQAEnv()
+    cases = []
+    for task in env.tasks:
+        regex = (task.get("template_metadata") or {}).get("output_regex")
+        if regex and isinstance(regex, str):
+            gold = task["expected_answer"]
+            wrong = next(letter for option in task["options"] for letter in option if letter != gold)
+            cases += [(task, f"{REASONING}\nThe answer is {letter}") for letter in (gold, wrong)] * 5
+
+    def naive(task: Any, text: str) -> float:
+        found = re.findall(task["template_metadata"]["output_regex"], text, re.IGNORECASE)
+        return float(bool(found) and found[-1].upper() == task["expected_answer"])
+
+    return env, cases, naive
+
+
+def structured_cases(copies: int = 1) -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float]]:
+    """JSON text-mode samples; ``copies > 1`` repeats each array/object member to grow the answer."""
     env = StructuredOutputEnv()
     cases = []
     for task in env.tasks:
         if task["schema_type"] != "json" or task["response_mode"] != "text":
             continue
-        good = task["reference_response"]
-        wrong = json.dumps({**json.loads(good), "unexpected": True})
+        document = json.loads(task["reference_response"])
+        if copies > 1:
+            document = {k: v * copies if isinstance(v, (list, str)) else v for k, v in document.items()}
+        good = json.dumps(document)
+        wrong = json.dumps({**document, "unexpected": True})
         cases += [(task, good), (task, wrong)]
 
     def naive(task: Any, text: str) -> float:
@@ -121,17 +146,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per side and domain")
     args = parser.parse_args()
-    print(f"{'domain':<12} {'responses':>9} {'ours (resp/s)':>14} {'reference (resp/s)':>19} {'ours/ref':>9}  reference")
+    print(f"{'domain':<12} {'responses':>9} {'chars':>6} {'ours (resp/s)':>14} {'reference (resp/s)':>19} {'ours/ref':>9}  reference")
     for name, build, reference in (
         ("mcqa", mcqa_cases, "naive regex"),
+        ("mcqa-regex", mcqa_regex_cases, "the row regex in-process"),
         ("structured", structured_cases, "naive json+jsonschema.validate"),
+        ("struct-2k", lambda: structured_cases(copies=40), "naive json+jsonschema.validate"),
         ("math", math_cases, "math_verify in-process"),
     ):
         env, cases, baseline = build()
         ours, our_values = throughput(env_scorer(env), cases, args.seconds)
         ref, ref_values = throughput(one_by_one(baseline), cases, args.seconds)
         agree = "" if our_values == ref_values else f"  (DISAGREE on {sum(a != b for a, b in zip(our_values, ref_values, strict=True))})"
-        print(f"{name:<12} {len(cases):>9} {ours:>14.0f} {ref:>19.0f} {ours / ref:>9.2f}  {reference}{agree}")
+        size = sum(len(text) for _, text in cases) // len(cases)
+        env.close()
+        print(f"{name:<12} {len(cases):>9} {size:>6} {ours:>14.0f} {ref:>19.0f} {ours / ref:>9.2f}  {reference}{agree}")
 
 
 if __name__ == "__main__":

@@ -153,7 +153,8 @@ class Env(gymnasium.Env[list, str]):
             raise TaskError(f"a task row must be a JSON object, got {type(task).__name__}")
         loaded = self.load_task(task)
         episode = Episode(loaded, task_id(loaded), self.prompt(loaded), self.thinking, self.max_turns)
-        await self.on_reset(episode)
+        if type(self).on_reset is not Env.on_reset:
+            await self.on_reset(episode)
         return episode
 
     async def aadvance(self, episode: Episode, action: str | Completion) -> Turn:
@@ -204,6 +205,8 @@ class Env(gymnasium.Env[list, str]):
 
     async def ascore_episodes(self, episodes: Sequence[Episode]) -> list[Reward]:
         """Score the finished episodes of one group; see the module docstring. Do not override."""
+        if len(episodes) == 1 and not self.scores_groups:  # the per-episode fast path of the runner
+            return [await self._score_alone(episodes[0])]
         rewards: list[Reward | None] = [episode.outcome for episode in episodes]
         pending: list[tuple[int, str]] = []
         for i, episode in enumerate(episodes):
@@ -217,13 +220,19 @@ class Env(gymnasium.Env[list, str]):
                 pending.append((i, split.answer))
         if pending and self.scores_groups:
             scored = await self._group_scores(episodes[pending[0][0]].task, pending, episodes)
-        elif len(pending) == 1:  # the common gymnasium case: no task to spawn
-            scored = [await self._sample_score(episodes[pending[0][0]], pending[0][1])]
         else:
             scored = await asyncio.gather(*(self._sample_score(episodes[i], answer) for i, answer in pending))
         for (i, _), reward in zip(pending, scored, strict=True):
             rewards[i] = reward
         return [r if r is not None else Reward.failed("not scored") for r in rewards]
+
+    async def _score_alone(self, episode: Episode) -> Reward:
+        if episode.outcome is not None:
+            return episode.outcome
+        final = episode.final
+        split = split_reasoning(final)
+        reason = overlong_reason(final, split)
+        return Reward.zero(reason, overlong=1.0) if reason else await self._sample_score(episode, split.answer)
 
     async def _sample_score(self, episode: Episode, answer: str) -> Reward:
         try:

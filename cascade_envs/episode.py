@@ -14,7 +14,7 @@ from typing import Any
 from .core import Completion, Message, Reward, Task
 
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     """What the env answers to one model turn.
 
@@ -29,7 +29,7 @@ class Turn:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class Episode:
     """One episode in play: its task, its transcript, where it stands."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnRecord:
     """One model turn as the engine produced it."""
 
@@ -46,7 +46,7 @@ class TurnRecord:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class TokenSequence:
     """A training sequence: a prompt, then response tokens with a loss mask (1 = sampled by the policy).
 
@@ -64,7 +64,7 @@ class TokenSequence:
         return sum(self.loss_mask)
 
 
-@dataclass
+@dataclass(slots=True)
 class Trajectory:
     """Every model turn of one episode, in order."""
 

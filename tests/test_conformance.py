@@ -72,7 +72,10 @@ def test_builtin_env_conforms(env_id):
     check_env(env_id, **CASES[env_id])
 
 
-def test_example_plugin_env_conforms():
+def test_example_plugin_env_conforms(monkeypatch):
+    from tests.plugins.conftest import PLUGIN_DIR
+
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
     from cascade_envs_example.countdown import CountdownEnv
 
     env = CountdownEnv()

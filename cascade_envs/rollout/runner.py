@@ -3,8 +3,10 @@
 Each task is played ``group_size`` times (a GRPO group). Per episode the runner drives the policy
 and the env turn by turn, recording a ``Trajectory`` (token ids, logprobs, timings per turn); it
 enforces the episode's wall-clock deadline and token budget and ends an episode whose context
-overflows as truncated. When a group's episodes have ended it scores them through the env's one
-scoring path (``Env.ascore_episodes``), then releases each episode's state.
+overflows as truncated. Scoring goes through the env's one scoring path (``Env.ascore_episodes``):
+an episode of a per-sample env is scored, and its state released, as soon as it ends (so a
+sandbox or a container is not held while the rest of its group plays); a group-scored env gets
+its whole group once every episode of it has ended.
 
 Every episode of the run ends up in the results — scored, or marked with the error that stopped it
 (a dead policy server, a broken task) as a masked reward — and each finished group is appended to
@@ -38,7 +40,7 @@ from ..trajectory import Trajectory, TurnRecord
 log = logging.getLogger("cascade_envs.rollout")
 
 
-@dataclass
+@dataclass(slots=True)
 class EpisodeResult:
     """One played episode, as the runner reports it."""
 
@@ -86,7 +88,7 @@ class EpisodeResult:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class GroupResult:
     """The ``group_size`` episodes of one task."""
 
@@ -208,15 +210,22 @@ class RolloutRunner:
             *(self._episode(semaphore, env, group, index, s, bar) for s in range(self.group_size))
         )
         group.episodes = [result for result, _ in played]
+        if not env.scores_groups:
+            return  # each episode was scored (and released) as it ended
         scorable = [(r, e) for r, e in played if e is not None and r.error is None]
-        try:
-            rewards = await env.ascore_episodes([e for _, e in scorable]) if scorable else []
-        except Exception as exc:  # the scoring path masks its own failures; this is a last guard
-            rewards = [Reward.failed(f"scoring raised {type(exc).__name__}: {exc}")] * len(scorable)
-        for (result, _), reward in zip(scorable, rewards, strict=True):
-            result.reward = reward
+        if scorable:
+            await self._score(env, scorable)
         if env.has_episode_state:
             await asyncio.gather(*(env.aend(e) for _, e in played if e is not None))
+
+    async def _score(self, env: Env, played: list[tuple[EpisodeResult, Episode]]) -> None:
+        """Score through the env's one scoring path and store the rewards on the results."""
+        try:
+            rewards = await env.ascore_episodes([e for _, e in played])
+        except Exception as exc:  # the scoring path masks its own failures; this is a last guard
+            rewards = [Reward.failed(f"scoring raised {type(exc).__name__}: {exc}")] * len(played)
+        for (result, _), reward in zip(played, rewards, strict=True):
+            result.reward = reward
 
     async def _episode(
         self, semaphore: asyncio.Semaphore, env: Env, group: GroupResult, index: int, sample: int, bar: Any
@@ -227,24 +236,31 @@ class RolloutRunner:
             episode: Episode | None = None
             try:
                 episode = await env.astart(group.task)
-                await self._play_within_deadline(env, episode, result)
+                if env.episode_timeout_s or self.episode_timeout_s:
+                    await self._play_within_deadline(env, episode, result)
+                else:
+                    await self._play(env, episode, result.trajectory)
+                if not env.scores_groups:  # per-sample envs: scored as soon as the episode ends
+                    result.reward = (await env.ascore_episodes([episode]))[0]
             except Exception as exc:
                 result.error = f"{type(exc).__name__}: {exc}"
                 result.reward = Reward.failed(result.error)
-            finally:
-                if episode is not None:
-                    result.messages, result.completions = episode.messages, episode.completions
-                    result.turns, result.terminated, result.truncated = episode.turns, episode.terminated, episode.truncated
-                result.elapsed_s = time.perf_counter() - start
-                bar.update(1)
-            self._check_prefix(group.env_id, result.trajectory)
+            if episode is not None:
+                result.messages, result.completions = episode.messages, episode.completions
+                result.turns, result.terminated, result.truncated = episode.turns, episode.terminated, episode.truncated
+                if not env.scores_groups:
+                    if env.has_episode_state:
+                        await env.aend(episode)
+                    episode = None  # scored and released: nothing left for the group to do
+            result.elapsed_s = time.perf_counter() - start
+            bar.update(1)
+            if len(result.trajectory.turns) > 1:
+                self._check_prefix(group.env_id, result.trajectory)
             return result, episode
 
     async def _play_within_deadline(self, env: Env, episode: Episode, result: EpisodeResult) -> None:
         deadline = env.episode_timeout_s or self.episode_timeout_s
-        if deadline is None:
-            await self._play(env, episode, result.trajectory)
-            return
+        assert deadline is not None
         scope = asyncio.timeout(deadline)
         try:
             async with scope:
@@ -258,13 +274,21 @@ class RolloutRunner:
         budget = env.max_episode_tokens or self.max_episode_tokens
         while not episode.done:
             started = time.perf_counter()
+            if self._generating == 0:
+                self._busy_since = started
+            self._generating += 1
             try:
-                completion = await self._generate(list(episode.messages), episode.thinking)
+                completion = await self.policy.agenerate(list(episode.messages), sampling=self.sampling,
+                                                         thinking=episode.thinking)
             except ContextOverflowError as exc:
                 if episode.turns == 0:
                     raise  # the task's own prompt does not fit: not the model's doing
                 await env.atruncate(episode, f"context overflow: {exc}")
                 return
+            finally:
+                self._generating -= 1
+                if self._generating == 0:
+                    self.generation_s += time.perf_counter() - self._busy_since
             generated = time.perf_counter()
             await env.aadvance(episode, completion)
             trajectory.turns.append(
@@ -279,18 +303,6 @@ class RolloutRunner:
             )
             if budget is not None and not episode.done and _episode_tokens(episode, trajectory) >= budget:
                 await env.atruncate(episode, f"token budget of {budget} reached")
-
-    async def _generate(self, messages: list[Message], thinking: bool) -> Completion:
-        """One policy call, counted in ``generation_s`` (time with any generation in flight)."""
-        if self._generating == 0:
-            self._busy_since = time.perf_counter()
-        self._generating += 1
-        try:
-            return await self.policy.agenerate(messages, sampling=self.sampling, thinking=thinking)
-        finally:
-            self._generating -= 1
-            if self._generating == 0:
-                self.generation_s += time.perf_counter() - self._busy_since
 
     def _check_prefix(self, env_id: str, trajectory: Trajectory) -> None:
         broken = trajectory.has_tokens and trajectory.prefix_broken_at

@@ -12,10 +12,12 @@ passes (first line, last line or both removed; asterisks stripped). The reward i
 instruction is followed (``binary``, as in IF-RL) or the fraction followed (``fraction``).
 
 Limits: the checks run in the env's ``VerifierPool`` (worker processes, started on first use,
-closed by ``aclose``) under a hard ``timeout_s`` per answer, or inline when the answer has at
-most ``inline_chars`` characters (the checkers are our own code, linear in the answer: a few
-thousand characters cost well under a millisecond, less than a round trip to a worker). Answers
-over ``max_answer_chars`` are not checked. Both limits are the answer's fault (the instructions
+closed by ``aclose``) under a hard ``timeout_s`` per answer. Answers of at most ``inline_chars``
+characters (default 1000) are checked in-process instead: the checkers are our own code, about
+0.1 ms + 0.12 µs per character on typical answers (30 µs per character at worst, so at most
+~30 ms here), while a worker round trip adds ~0.15 ms, which would make short answers ~1.7x
+dearer; longer answers lose under 1.5x to the round trip and are checked in parallel on as many
+cores as there are workers. Answers over ``max_answer_chars`` are not checked. Both limits are the answer's fault (the instructions
 and their kwargs are validated and small when the task loads), so they score 0 with a reason
 starting "verifier limit: ". Masked instead: a resource a checker needs is not installed, a
 checker raised, or the worker crashed.
@@ -39,7 +41,7 @@ REWARD_MODES = ("binary", "fraction")
 FIELDS = ("instruction_id_list", "kwargs", "grading_mode", "prompt")
 MAX_ANSWER_CHARS = 200_000
 TIMEOUT_S = 10.0
-INLINE_CHARS = 0
+INLINE_CHARS = 1000
 
 __all__ = ["InstructionFollowingEnv", "response_variants"]
 

@@ -1,4 +1,4 @@
-"""The math-verify check that runs inside a worker process (see ``pool.py``).
+"""The math-verify check that runs inside a worker process (``cascade_envs.workers``).
 
 It is the symbolic half of NeMo Gym's ``math_with_judge``: the gold answer, stripped of outer
 ``\\(...\\)``/``$...$`` delimiters and wrapped in ``\\boxed{}``, is parsed as LaTeX; the response

@@ -13,12 +13,15 @@ optional ``template_metadata.output_regex``), so released data scores the same w
 
 Every built-in extractor is linear in the response length (``rfind`` and brace matching rather
 than backtracking patterns), so the env runs them in-process. A row's own ``output_regex`` may
-backtrack catastrophically, so the env runs it in a verifier worker (``regex_letter``).
+backtrack catastrophically, so the env runs it in a verifier worker (``regex_letter``) unless
+``regex_steps`` bounds its cost on the answer to a few milliseconds.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 import re
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -191,3 +194,55 @@ def compile_output_regex(value: object) -> list[re.Pattern[str]]:
 def regex_letter(text: str, output_regex: object, options: Options, allowed: set[str]) -> str | None:
     """``custom_regex`` with the row's ``output_regex`` (compiled here: this runs in a worker)."""
     return custom_regex(text, compile_output_regex(output_regex), options, allowed)
+
+
+@functools.lru_cache(maxsize=1024)
+def _choices(pattern: str) -> tuple[int, float]:
+    """``(u, c)``: one match attempt explores at most ``c * (n + 1) ** u`` paths on ``n`` characters.
+
+    ``u`` counts unbounded repeats, ``c`` the product of bounded repeats' and alternations'
+    choices. A repeat over anything with choices (``(a+)+``, ``(a|b)*``), a backreference or a
+    lookaround gives ``c = inf``: no polynomial bound is claimed.
+    """
+    try:
+        import re._parser as sre  # private, hence the fallback: no bound
+
+        parsed = sre.parse(pattern, re.IGNORECASE)
+    except Exception:
+        return 0, math.inf
+    simple = {sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN, sre.AT}
+    repeats = {sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT}
+
+    def walk(items: Sequence[tuple[object, object]]) -> tuple[int, float]:
+        u, c = 0, 1.0
+        for op, arg in items:
+            if op in simple:
+                continue
+            if op in repeats:
+                low, high, body = arg  # type: ignore[misc]
+                if walk(body) != (0, 1.0):
+                    return 0, math.inf
+                u, c = (u + 1, c) if high == sre.MAXREPEAT else (u, c * (high - low + 1))
+            elif op == sre.SUBPATTERN:
+                inner_u, inner_c = walk(arg[3])  # type: ignore[index]
+                u, c = u + inner_u, c * inner_c
+            elif op == sre.BRANCH:
+                branches = [walk(branch) for branch in arg[1]]  # type: ignore[index]
+                u, c = u + max(b[0] for b in branches), c * sum(b[1] for b in branches)
+            else:
+                return 0, math.inf
+        return u, c
+
+    return walk(parsed.data)
+
+
+def regex_steps(output_regex: object, chars: int) -> float:
+    """An upper bound on the paths ``regex_letter`` explores on a ``chars``-long answer (may be inf)."""
+    patterns = [output_regex] if isinstance(output_regex, str) else output_regex
+    if not isinstance(patterns, list):
+        return math.inf
+    total = 0.0
+    for pattern in patterns:
+        u, c = _choices(pattern) if isinstance(pattern, str) else (0, math.inf)
+        total += (chars + 1) * c * (chars + 1) ** u  # a match attempt at every start
+    return total

@@ -84,3 +84,63 @@ def validation_errors(validator: Validator, instance: Any) -> list[str]:
     """Up to ``MAX_REPORTED_ERRORS`` messages, shallowest first, each with its JSON path."""
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.path), e.json_path))
     return [f"{e.json_path}: {e.message[:200]}" for e in errors[:MAX_REPORTED_ERRORS]]
+
+
+_COSTLY_KEYWORDS = frozenset({"pattern", "patternProperties", "uniqueItems", "$dynamicRef", "$recursiveRef"})
+_DEFS = ("$defs", "definitions")
+
+
+def _refs(node: Any, found: set[str], costly: list[bool], top: bool = True) -> None:
+    """Collect ``$ref`` targets under ``node`` (not inside a definitions block below the top)."""
+    if isinstance(node, list):
+        for item in node:
+            _refs(item, found, costly, False)
+    elif isinstance(node, dict):
+        if _COSTLY_KEYWORDS & node.keys():
+            costly.append(True)
+        if isinstance(node.get("$ref"), str):
+            found.add(node["$ref"])
+        for key, value in node.items():
+            if top and key in _DEFS:
+                continue
+            for sub in value.values() if key in SCHEMA_MAPS and isinstance(value, dict) else [value]:
+                _refs(sub, found, costly, False)
+
+
+@functools.lru_cache(maxsize=2048)
+def costly_to_validate(schema_text: str) -> bool:
+    """Whether validating even a short document may cost more than linear time.
+
+    True when the schema uses a regex (``pattern``, ``patternProperties``), ``uniqueItems``
+    (quadratic), dynamic references, or recursion through ``$ref`` (with combinators that can be
+    exponential in the document's depth); also for refs other than ``#`` and ``#/$defs/<name>``.
+    """
+    try:
+        schema = json.loads(schema_text)
+    except (ValueError, RecursionError):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    defs = {f"#/{block}/{name}": sub for block in _DEFS if isinstance(schema.get(block), dict)
+            for name, sub in schema[block].items()}
+    graph: dict[str, set[str]] = {}
+    costly: list[bool] = []
+    try:
+        for name, node in [("#", schema), *defs.items()]:
+            graph[name] = set()
+            _refs(node, graph[name], costly, top=name == "#")
+    except RecursionError:
+        return True
+    if costly or any(ref not in graph for refs in graph.values() for ref in refs):
+        return True
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def cyclic(name: str) -> bool:
+        state[name] = 1
+        for ref in graph[name]:
+            if state.get(ref) == 1 or (ref not in state and cyclic(ref)):
+                return True
+        state[name] = 2
+        return False
+
+    return cyclic("#")

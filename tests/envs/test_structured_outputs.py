@@ -199,7 +199,7 @@ def test_malformed_rows_name_the_field(change, field):
 
 def test_invalid_schema_reaching_the_scorer_unvalidated_is_masked():
     env = StructuredOutputEnv([])
-    reward = run_sync(env.areward({**row(), "schema_str": "{broken"}, "{}"))
+    reward = run_sync(env.ascore({**row(), "schema_str": "{broken"}, "{}"))  # areward validates the row first
     assert reward.masked and "schema is not valid JSON" in reward.error
 
 
@@ -283,10 +283,16 @@ def test_empty_binary_and_deeply_nested(text):
 
 def test_megabyte_document():
     big = json.dumps({**GOOD, "name": "x" * 1_000_000})
-    start = time.perf_counter()
-    assert score(big).value == 1.0
-    assert score(big[:-1]).components["error_type"] == "parse_error"
-    assert time.perf_counter() - start < 2.0
+    env = StructuredOutputEnv([], max_answer_chars=2_000_000)
+    try:
+        score(json.dumps(GOOD) + " " * 2000, env=env)  # start the worker: start-up is not part of a check
+        start = time.perf_counter()
+        assert score(big, env=env).value == 1.0
+        assert score(big[:-1], env=env).components["error_type"] == "parse_error"
+        assert time.perf_counter() - start < 2.0
+    finally:
+        env.close()
+    assert score(big).reason == "verifier limit: answer has 1000089 characters, over the 200000 checked"
 
 
 def test_unresolvable_reference_is_a_masked_failure():
