@@ -176,8 +176,22 @@ def spec(env_id: str) -> Spec:
 
 
 def make(env_id: str, **kwargs: Any) -> Any:
-    """Build the environment registered as ``env_id``; ``kwargs`` override the spec's defaults."""
-    return spec(env_id).make(**kwargs)
+    """Build the environment registered as ``env_id``; ``kwargs`` override the spec's defaults.
+
+    What the entry point builds must be a ``gymnasium.Env`` (a ``cascade_envs.Env`` to be played
+    by the runner); anything else is an error naming the entry point and its plugin.
+    """
+    import gymnasium
+
+    env_spec = spec(env_id)
+    env = env_spec.make(**kwargs)
+    if not isinstance(env, gymnasium.Env):
+        where = f"plugin {env_spec.plugin!r}" + (f" ({env_spec.distribution} {env_spec.version})" if env_spec.distribution else "")
+        raise CascadeError(
+            f"{env_id}: entry point {env_spec.entry_point!r} of {where} made a {type(env).__name__}, not an "
+            "environment; an env entry point must name a gymnasium.Env subclass (cascade_envs.Env to be rolled out)"
+        )
+    return env
 
 
 def env_specs() -> dict[str, Spec]:

@@ -120,20 +120,37 @@ def _stager(target: Registry[Spec], info: PluginInfo, staged: list[Spec]):
     return register
 
 
-def _run_hook(pm: pluggy.PluginManager, hook_name: str, target: Registry[Spec], infos: dict) -> None:
-    for impl in getattr(pm.hook, hook_name).get_hookimpls():
-        info = infos[impl.plugin_name]
-        staged: list[Spec] = []
-        try:
-            impl.function(register=_stager(target, info, staged))
-            for spec in staged:
-                if spec.id in target:
-                    owner = target.get(spec.id).plugin
-                    raise RuntimeError(f"{target.kind} {spec.id!r} is already registered by {owner!r}")
-        except Exception as exc:
-            _fail(info, exc)
+def _run_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
+    """Call every plugin's hooks, then register each plugin's specs only if all its hooks worked.
+
+    A plugin that fails in any hook, or clashes with an id registered before it, contributes
+    nothing to any registry: no half of a broken plugin stays behind.
+    """
+    staged: dict[str, list[tuple[Registry[Spec], Spec]]] = {name: [] for name in infos}
+    failed: set[str] = set()
+    for hook_name, target in _HOOKS:
+        target.mark_loaded()  # the first access of any of them loads all three
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            name = impl.plugin_name
+            if name in failed:
+                continue
+            specs: list[Spec] = []
+            try:
+                impl.function(register=_stager(target, infos[name], specs))
+            except Exception as exc:
+                _fail(infos[name], exc)
+                failed.add(name)
+                continue
+            staged[name] += [(target, spec) for spec in specs]
+    for name, entries in staged.items():
+        if name in failed:
             continue
-        for spec in staged:
+        clash = next(((t, s) for t, s in entries if s.id in t), None)
+        if clash is not None:
+            target, spec = clash
+            _fail(infos[name], f"{target.kind} {spec.id!r} is already registered by {target.get(spec.id).plugin!r}")
+            continue
+        for target, spec in entries:
             target.register(spec.id, spec)
 
 
@@ -142,10 +159,7 @@ def load_plugins() -> None:
     _failures.clear()
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    infos = _discover(pm)
-    for hook_name, target in _HOOKS:
-        target.mark_loaded()  # the first access of any of them loads all three
-        _run_hook(pm, hook_name, target, infos)
+    _run_hooks(pm, _discover(pm))
     sync_gymnasium()
 
 

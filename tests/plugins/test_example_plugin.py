@@ -99,6 +99,56 @@ def broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def half_broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A plugin whose env hook works and whose sandbox hook fails; one whose env is not an env."""
+    root = tmp_path_factory.mktemp("half-broken-plugins")
+    write_dist(root, "cascade-envs-half", "1.0", "half", "half_plugin", textwrap.dedent("""
+        from cascade_envs.plugins import hookimpl
+
+        @hookimpl
+        def cascade_envs_register_envs(register):
+            register("half/Env-v0", entry_point="cascade_envs.envs.mcqa.env:MCQAEnv")
+
+        @hookimpl
+        def cascade_envs_register_sandboxes(register):
+            register("half-sandbox", entry_point="half_plugin:Nothing")
+            raise ValueError("boom in the sandbox hook")
+    """))
+    write_dist(root, "cascade-envs-not-env", "3.1", "not-env", "not_env_plugin", textwrap.dedent("""
+        from cascade_envs.plugins import hookimpl
+
+        def make_dict(**kwargs):
+            return {"i am": "not an env"}
+
+        @hookimpl
+        def cascade_envs_register_envs(register):
+            register("odd/Dict-v0", entry_point="not_env_plugin:make_dict")
+    """))
+    return root
+
+
+def test_a_broken_plugin_leaves_nothing_behind_and_make_refuses_non_envs(
+    half_broken_plugins: Path, tmp_path: Path
+) -> None:
+    result, _ = run_python("""
+        import json
+        import cascade_envs
+        from cascade_envs.registry import sandboxes
+
+        try:
+            cascade_envs.make("odd/Dict-v0")
+            odd = None
+        except cascade_envs.CascadeError as exc:
+            odd = str(exc)
+        print(json.dumps({"ids": sorted(cascade_envs.env_specs()), "sandboxes": sorted(sandboxes), "odd": odd}))
+    """, tmp_path, pythonpath=half_broken_plugins)
+    assert "half/Env-v0" not in result["ids"] and "half-sandbox" not in result["sandboxes"]
+    assert "odd/Dict-v0" in result["ids"]
+    assert "made a dict, not an environment" in result["odd"]
+    assert "not_env_plugin:make_dict" in result["odd"] and "cascade-envs-not-env 3.1" in result["odd"]
+
+
 def write_dist(root: Path, dist: str, version: str, name: str, module: str, source: str) -> None:
     (root / f"{module}.py").write_text(source)
     info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
