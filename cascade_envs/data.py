@@ -98,7 +98,10 @@ def prompt_messages(task: Task) -> list[Message]:
             raise TaskError(f"message {i} needs a string 'role'", where)
         content = message.get("content")
         if isinstance(content, list):  # Responses-API content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+            if not all(isinstance(t, str) for t in texts):
+                raise TaskError(f"message {i}: every content part's 'text' must be a string", where)
+            content = "".join(texts)
         if not isinstance(content, str):
             raise TaskError(f"message {i} needs string 'content'", where)
         role = "system" if message["role"] == "developer" else message["role"]
@@ -109,9 +112,11 @@ def prompt_messages(task: Task) -> list[Message]:
 class TaskSource(Sequence[Task]):
     """An in-memory, validated list of tasks with seeded sampling."""
 
-    def __init__(self, tasks: Iterable[Task], name: str = "<memory>"):
+    def __init__(self, tasks: Iterable[Task], name: str = "<memory>", skipped: int = 0):
         self.tasks = list(tasks)
         self.name = name
+        self.skipped = skipped
+        """Malformed rows left out (``on_bad_rows="skip"``)."""
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -132,10 +137,15 @@ class TaskSource(Sequence[Task]):
         name: str,
         on_error: str = "raise",
     ) -> TaskSource:
-        """Validate ``(line, row)`` pairs; ``on_error="skip"`` drops bad rows with a warning."""
+        """Validate ``(line, row)`` pairs; ``on_error="skip"`` drops bad rows with a warning and a count.
+
+        Every row error names the file, the line, the row's id when it has one, and the field; an
+        unexpected exception from ``load_task`` is a row error too, never the end of the load.
+        """
         tasks: list[Task] = []
         errors: list[str] = []
         for line, row in rows:
+            where = f"{name}:{line}" + (f" (id {task_id(row)})" if isinstance(row, dict) and _has_id(row) else "")
             try:
                 if isinstance(row, Exception):
                     raise row
@@ -143,7 +153,11 @@ class TaskSource(Sequence[Task]):
                     raise TaskError(f"a row must be a JSON object, got {type(row).__name__}")
                 tasks.append(load_task(row))
             except (TaskError, DataError) as exc:
-                errors.append(f"{name}:{line}: {exc}")
+                errors.append(f"{where}: {exc}")
+            except RecursionError:
+                errors.append(f"{where}: the row is nested too deeply to validate")
+            except Exception as exc:
+                errors.append(f"{where}: the row could not be validated ({type(exc).__name__}: {exc})")
         if errors:
             shown = "\n  ".join(errors[:MAX_REPORTED_ERRORS])
             more = f"\n  ... and {len(errors) - MAX_REPORTED_ERRORS} more" if len(errors) > MAX_REPORTED_ERRORS else ""
@@ -151,7 +165,12 @@ class TaskSource(Sequence[Task]):
             if on_error != "skip":
                 raise DataError(message)
             log.warning("skipping %s", message)
-        return cls(tasks, name)
+            log.warning("%s: skipped %d malformed row(s), kept %d", name, len(errors), len(tasks))
+        return cls(tasks, name, skipped=len(errors))
+
+
+def _has_id(row: dict[str, Any]) -> bool:
+    return any(isinstance(row.get(k), (str, int)) and not isinstance(row.get(k), bool) for k in ID_FIELDS)
 
 
 _cache: dict[tuple[Any, ...], TaskSource] = {}

@@ -42,6 +42,39 @@ def test_skip_mode_keeps_good_rows(tmp_path, caplog):
     assert len(env.tasks) == 1 and "t.jsonl:2" in caplog.text
 
 
+def test_rows_that_break_validation_unexpectedly_are_named_and_skip_means_skip(tmp_path, caplog):
+    nested: dict = {"prompt": "x", "answer": "1"}
+    deep = nested
+    for _ in range(5000):
+        deep["more"] = {}
+        deep = deep["more"]
+
+    class Recursive(ExactAnswerEnv):
+        def load_task(self, row):
+            def depth(node):
+                return 1 + max((depth(v) for v in node.values() if isinstance(v, dict)), default=0)
+
+            depth(row)  # a validator that recurses, as a JSON-schema check does
+            return super().load_task(row)
+
+    rows = [
+        {"id": "a", "prompt": "ok", "answer": "1"},
+        {"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": 4}]}], "answer": "1"},
+        nested,
+        {"id": "b", "prompt": "fine", "answer": "2"},
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n" + json.dumps(rows[3]) + "\n")
+    with pytest.raises(DataError) as err:
+        ExactAnswerEnv(tasks=str(path))
+    assert f"{path}:2 (id parts): field 'messages': message 0: every content part's 'text' must be a string" in str(err.value)
+    with caplog.at_level(logging.WARNING):
+        env = Recursive(tasks=rows, on_bad_rows="skip")
+    assert [t["id"] for t in env.tasks] == ["a", "b"] and env.tasks.skipped == 2
+    assert "<rows>:3: the row is nested too deeply to validate" in caplog.text
+    assert "skipped 2 malformed row(s), kept 2" in caplog.text
+
+
 def test_parquet_rows(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
