@@ -96,7 +96,10 @@ def serve() -> None:
             return
         try:
             fn, args = pickle.loads(data)
-            reply = pickle.dumps(("ok", (fn or default)(*args)), pickle.HIGHEST_PROTOCOL)
+            call = fn or default
+            if call is None:
+                raise TypeError("no function to call")
+            reply = pickle.dumps(("ok", call(*args)), pickle.HIGHEST_PROTOCOL)
         except BaseException as exc:  # report everything: some libraries' timeouts are BaseExceptions
             reply = pickle.dumps(("error", (type(exc).__name__, str(exc)[:500])))
         conn.send_bytes(reply)

@@ -254,7 +254,7 @@ class WorkerPool:
         try:
             worker = await asyncio.shield(started)
         except asyncio.CancelledError:
-            started.add_done_callback(lambda f: f.cancelled() or f.exception() or self._discard(f.result()))
+            started.add_done_callback(self._discard_started)
             raise
         try:
             async with asyncio.timeout(STARTUP_TIMEOUT_S):
@@ -268,6 +268,11 @@ class WorkerPool:
             code = await self._retire(worker, generation, reap=True, release=False)
             raise self._died(generation, f"worker did not start (exit code {code})")
         return worker
+
+    def _discard_started(self, started: asyncio.Future[_Worker]) -> None:
+        """A worker started for a call that was cancelled meanwhile."""
+        if not started.cancelled() and started.exception() is None:
+            self._discard(started.result())
 
     def _discard(self, worker: _Worker) -> None:
         with self._lock:

@@ -233,6 +233,7 @@ def test_workers_die_with_their_parent_even_mid_call(tmp_path: Path):
         asyncio.run(main())
     """))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
     try:
         worker_pid = int(parent.stdout.readline())
         time.sleep(0.3)
@@ -246,7 +247,7 @@ def test_workers_die_with_their_parent_even_mid_call(tmp_path: Path):
 # ----- VerifierPool -------------------------------------------------------------------------------
 
 def test_verifier_pool_limits_and_inline_runs():
-    verifier = VerifierPool(timeout_s=1.0, max_chars=10, workers=1)
+    verifier = VerifierPool(timeout_s=1.0, max_chars=10, workers=1, preload=(nap,))
     try:
         assert verifier._pool is None  # nothing started yet
         assert run_sync(verifier.run(nap, 0, inline=True)) == os.getpid()

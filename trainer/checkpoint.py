@@ -1,36 +1,59 @@
 """Checkpoints: a loadable Hugging Face model folder plus the trainer state to resume from.
 
-``output_dir/checkpoints/step_000010/`` holds the model and tokenizer (``save_pretrained``) and
-``trainer_state.pt``: optimizer state, step, every RNG state (Python, NumPy, torch, CUDA) and the
-env-mix sampler, so a resumed run continues exactly where it stopped. A checkpoint is written to a
-temporary folder and renamed into place, so a crash never leaves a half-written "latest".
+``output_dir/checkpoints/step_000010/`` holds the model and tokenizer (``save_pretrained``, weights as
+safetensors) and ``trainer_state.pt``: optimizer state, step, every RNG state (Python, NumPy, torch,
+CUDA) and the env-mix sampler, so a resumed run continues exactly where it stopped. A checkpoint is
+written to a temporary folder and renamed into place, so a crash never leaves a half-written "latest".
+
+Reading one executes nothing: the state is loaded with ``torch.load(weights_only=True)`` (tensors
+and plain Python values only) and the weights only from safetensors files, whose headers and sizes
+are checked first, so a truncated or tampered checkpoint is reported, with its path, as unreadable.
+Only folders named ``step_NNNNNN`` count as checkpoints.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..core import CascadeError
+
 STATE_FILE = "trainer_state.pt"
 PREFIX = "step_"
+NAME = re.compile(r"step_(\d+)")
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+
+
+class CheckpointError(CascadeError):
+    """A checkpoint that cannot be read (truncated, corrupt, or not written by this trainer)."""
 
 
 def checkpoint_dir(output_dir: str | Path) -> Path:
     return Path(output_dir) / "checkpoints"
 
 
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step of a ``step_NNNNNN`` folder; ``None`` for any other name."""
+    match = NAME.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+    """Complete checkpoints (``step_NNNNNN`` folders holding a trainer state), oldest first."""
     root = checkpoint_dir(output_dir)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.name.startswith(PREFIX) and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
+    found = [p for p in root.iterdir() if checkpoint_step(p) is not None and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: (checkpoint_step(p), p.name))
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
@@ -39,9 +62,13 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
 
 
 def rng_state() -> dict[str, Any]:
+    """Every RNG state, as tensors and plain Python values (loadable with ``weights_only=True``)."""
+    numpy_state = np.random.get_state(legacy=False)
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {**numpy_state, "state": {"key": numpy_state["state"]["key"].tolist(),
+                                           "pos": int(numpy_state["state"]["pos"])},
+                  "has_gauss": int(numpy_state["has_gauss"]), "gauss": float(numpy_state["gauss"])},
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -66,7 +93,7 @@ def save_checkpoint(
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp_{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp)  # safetensors (the default since transformers 4.35)
     tokenizer.save_pretrained(tmp)
     torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
@@ -76,6 +103,74 @@ def save_checkpoint(
     return final
 
 
+def _check_safetensors(file: Path) -> None:
+    """The header parses and the file is as long as the header says (a truncated file is not)."""
+    size = file.stat().st_size
+    with file.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{file.name} is truncated ({size} bytes)")
+        (length,) = struct.unpack("<Q", head)
+        if length > size - 8:
+            raise ValueError(f"{file.name} is truncated (header of {length} bytes in a file of {size})")
+        header = json.loads(f.read(length))
+    if not isinstance(header, dict):
+        raise ValueError(f"{file.name} has no tensor table")
+    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    if 8 + length + end != size:
+        what = "truncated" if size < 8 + length + end else "longer than its header says"
+        raise ValueError(f"{file.name} is {what}: {size} bytes, its header describes {8 + length + end}")
+
+
+def check_weights(path: str | Path) -> None:
+    """The checkpoint's weights are complete safetensors files; ``ValueError``/``OSError`` if not."""
+    folder = Path(path)
+    if (folder / WEIGHTS).is_file():
+        _check_safetensors(folder / WEIGHTS)
+        return
+    if (folder / WEIGHTS_INDEX).is_file():
+        index = json.loads((folder / WEIGHTS_INDEX).read_text(encoding="utf-8"))
+        for shard in sorted(set(index["weight_map"].values())):
+            if Path(shard).name != shard:
+                raise ValueError(f"{WEIGHTS_INDEX} names a shard outside the folder: {shard!r}")
+            _check_safetensors(folder / shard)
+        return
+    raise ValueError(f"no {WEIGHTS} (weights are read from safetensors only)")
+
+
+def _numpy_globals() -> list[Any]:
+    """What a NumPy RNG state pickled by earlier versions of this trainer needs: arrays and dtypes only."""
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or np.core.multiarray
+    return [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def _safe_load(file: Path) -> Any:
+    safe_globals = getattr(torch.serialization, "safe_globals", None)
+    if safe_globals is None:  # torch 2.4
+        torch.serialization.add_safe_globals(_numpy_globals())
+        return torch.load(file, map_location="cpu", weights_only=True)
+    with safe_globals(_numpy_globals()):
+        return torch.load(file, map_location="cpu", weights_only=True)
+
+
 def load_state(path: str | Path) -> dict[str, Any]:
-    """The trainer state of a checkpoint folder (RNG states are restored by the caller)."""
-    return torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
+    """The trainer state of a checkpoint folder, after checking its weights are complete.
+
+    RNG states are restored by the caller. Raises ``CheckpointError`` naming the folder when
+    anything is missing, truncated or not plain data.
+    """
+    folder = Path(path)
+    try:
+        check_weights(folder)
+        state = _safe_load(folder / STATE_FILE)
+        if not isinstance(state, dict):
+            raise ValueError(f"{STATE_FILE} holds a {type(state).__name__}, not a trainer state")
+        missing = [k for k in ("optimizer", "mix", "step", "rng") if k not in state]
+        if missing:
+            raise ValueError(f"{STATE_FILE} lacks {', '.join(missing)}")
+        if not isinstance(state["step"], int) or state["step"] < 0:
+            raise ValueError(f"{STATE_FILE} has step {state['step']!r}")
+    except Exception as exc:  # torch.load raises anything from EOFError to UnpicklingError
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "no detail"
+        raise CheckpointError(f"checkpoint {folder} is unreadable: {type(exc).__name__}: {reason}") from exc
+    return state

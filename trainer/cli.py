@@ -12,7 +12,8 @@ from .config import load_config
 def train_main(config_path: str | None, overrides: list[str]) -> int:
     """Train with ``config_path`` (``None``: the embedded default run); returns the exit code.
 
-    Errors the user can fix are raised as ``CascadeError`` (the CLI prints them on one line).
+    Errors the user can fix are raised as ``CascadeError`` (the CLI prints them on one line); every
+    setting is checked (``ConfigError`` naming the key) before the model is loaded.
     """
     require("torch", "training")
     require("transformers", "training")
@@ -30,6 +31,8 @@ def train_main(config_path: str | None, overrides: list[str]) -> int:
           f"{config.rollout.prompts_per_step} prompts x {config.rollout.group_size} rollouts per step, "
           f"output {config.train.output_dir}", file=sys.stderr)
     trainer = GRPOTrainer(config)
+    if trainer.resumed_from is not None:
+        print(f"resumed from step {trainer.step} ({trainer.resumed_from})", file=sys.stderr)
     try:
         history = trainer.train()
     finally:
@@ -37,7 +40,8 @@ def train_main(config_path: str | None, overrides: list[str]) -> int:
     skipped = sum(1 for h in history if h.get("skipped"))
     print(reward_table(history))
     if skipped:
-        print(f"{skipped} step(s) skipped: every group had all-equal rewards (see metrics.jsonl)")
+        print(f"{skipped} step(s) skipped: no group had a learning signal (all-equal rewards or masked samples; "
+              "see metrics.jsonl)")
     if config.train.plot:
         png = plot_rewards(history, trainer.output_dir / "rewards.png")
         if png:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import os
+import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
@@ -271,9 +274,57 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     return config
 
 
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number_in(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False, hint: str = "") -> None:
+    """``value`` must be a finite number in the interval (``low_open``: ``low`` excluded, likewise ``high``)."""
+    ok = _is_finite_number(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        if low is not None and high is not None:
+            where = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        elif low is not None:
+            where = f"{'>' if low_open else '>='} {low:g}"
+        else:
+            where = f"{'<' if high_open else '<='} {high:g}"
+        raise ConfigError(f"{name} must be a finite number {where}, got {value!r}{hint}")
+
+
+def check_output_dir(path: str, *, create: bool = False) -> Path:
+    """``train.output_dir`` can be created and written; with ``create``, create it and try a write.
+
+    Without ``create`` nothing is written: the nearest existing folder must be a writable directory.
+    """
+    if not path.strip():
+        raise ConfigError("train.output_dir must not be empty")
+    folder = Path(path).expanduser()
+    if create:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"train.output_dir {path!r} is not writable: {exc.strerror or exc}") from None
+        return folder
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"train.output_dir {path!r} cannot be created: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"train.output_dir {path!r} is not writable: no write permission on {existing}")
+    return folder
+
+
 def validate(config: Config) -> None:
-    """Range checks that the types alone cannot express."""
-    r, o, t = config.rollout, config.optim, config.train
+    """Every setting in range before any work starts; ``ConfigError`` names the key at fault."""
+    m, r, o, t = config.model, config.rollout, config.optim, config.train
     positive = {
         "rollout.group_size": r.group_size,
         "rollout.prompts_per_step": r.prompts_per_step,
@@ -289,19 +340,55 @@ def validate(config: Config) -> None:
             raise ConfigError(f"{name} must be at least 1, got {value}")
     if t.steps < 0:
         raise ConfigError(f"train.steps must be >= 0, got {t.steps}")
-    if o.lr <= 0 or o.max_grad_norm <= 0:
-        raise ConfigError("optim.lr and optim.max_grad_norm must be positive")
-    if o.kl_coef < 0:
-        raise ConfigError(f"optim.kl_coef must be >= 0, got {o.kl_coef}")
+    if o.warmup_steps < 0:
+        raise ConfigError(f"optim.warmup_steps must be >= 0, got {o.warmup_steps}")
+    if not 0 <= t.seed < 2**32:
+        raise ConfigError(f"train.seed must be in [0, 2**32), got {t.seed}")
+    if config.mix.seed is not None and config.mix.seed < 0:
+        raise ConfigError(f"mix.seed must be >= 0, got {config.mix.seed}")
+
+    # numbers: finite, and in the range where training means something
+    _number_in("optim.lr", o.lr, low=0, low_open=True)
+    _number_in("optim.max_grad_norm", o.max_grad_norm, low=0, low_open=True)
+    _number_in("optim.eps", o.eps, low=0, low_open=True)
+    _number_in("optim.weight_decay", o.weight_decay, low=0)
+    _number_in("optim.kl_coef", o.kl_coef, low=0)
     if len(o.betas) != 2:
-        raise ConfigError("optim.betas must be two numbers")
-    if config.model.gradient_checkpointing not in ("auto", True, False):
+        raise ConfigError(f"optim.betas must be two numbers, got {o.betas!r}")
+    for i, beta in enumerate(o.betas):
+        _number_in(f"optim.betas[{i}]", beta, low=0, high=1, high_open=True)
+    _number_in("optim.warmup_start_lr", o.warmup_start_lr, low=0,
+               high=o.lr if o.warmup_steps > 0 else None, hint=" (warmup climbs from it to optim.lr)")
+    _number_in("rollout.temperature", r.temperature, low=0, hint=" (0 samples greedily)")
+    _number_in("rollout.top_p", r.top_p, low=0, high=1, low_open=True)
+
+    # names
+    if not m.path.strip():
+        raise ConfigError("model.path must not be empty (a local Hugging Face model folder or 'embedded')")
+    if m.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise ConfigError(f"model.dtype must be auto, float32, bfloat16 or float16, got {m.dtype!r}")
+    if m.gradient_checkpointing not in ("auto", True, False):
         raise ConfigError("model.gradient_checkpointing must be auto, true or false")
-    if config.model.mixed_precision not in ("auto", "bfloat16", "float16", "no"):
-        raise ConfigError(f"model.mixed_precision must be auto, bfloat16, float16 or no, got {config.model.mixed_precision!r}")
+    if m.mixed_precision not in ("auto", "bfloat16", "float16", "no"):
+        raise ConfigError(f"model.mixed_precision must be auto, bfloat16, float16 or no, got {m.mixed_precision!r}")
+    if m.device != "auto":
+        _check_device(m.device)
     if r.engine not in ("hf", "vllm"):
         raise ConfigError(f"rollout.engine must be 'hf' or 'vllm', got {r.engine!r}")
+    check_output_dir(t.output_dir)
     config.mix_weights()
     from .strategies import make_strategy
 
     make_strategy(config)
+
+
+def _check_device(name: str) -> None:
+    try:
+        import torch
+    except ImportError:  # nothing to train with anyway; the trainer says so
+        return
+    try:
+        torch.device(name)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"model.device must be auto or a torch device such as cpu or cuda:0, got {name!r}: "
+                          f"{str(exc).splitlines()[0]}") from None

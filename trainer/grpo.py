@@ -24,7 +24,7 @@ from ..mix import EnvMix
 from ..policy import SamplingParams
 from . import checkpoint as ckpt
 from .batch import BatchBuilder, RolloutBatch
-from .config import Config
+from .config import Config, check_output_dir, validate
 from .engine import RolloutEngine, make_engine
 from .metrics import MetricsLogger, rollout_metrics
 from .model import (
@@ -56,17 +56,22 @@ class GRPOTrainer:
     """On-policy RL (GRPO by default) on an env mix with a Hugging Face model; ``train()`` runs the steps.
 
     ``model``/``tokenizer``/``engine`` may be passed in (tests, notebooks); otherwise they are
-    built from the config. With ``train.resume`` the newest checkpoint in ``output_dir`` is loaded.
+    built from the config. Every setting is checked (``ConfigError``) and ``output_dir`` created and
+    test-written before any work. With ``train.resume`` the newest readable checkpoint in
+    ``output_dir`` is loaded (an unreadable one is skipped with a warning naming it); ``resumed_from``
+    says which.
     """
 
     def __init__(self, config: Config, *, model: Any = None, tokenizer: Any = None, engine: RolloutEngine | None = None):
+        validate(config)  # a Config built or changed in code gets the checks load_config makes
         self.config = config
-        self.output_dir = Path(config.train.output_dir)
+        self.output_dir = check_output_dir(config.train.output_dir, create=True)
+        resume = self._find_checkpoint() if config.train.resume else None
         seed_everything(config.train.seed)
         weights, env_kwargs = config.mix_weights()
         seed = config.train.seed if config.mix.seed is None else config.mix.seed
         self.mix = EnvMix(weights, seed=seed, env_kwargs=env_kwargs)
-        resume_from = ckpt.latest_checkpoint(self.output_dir) if config.train.resume else None
+        resume_from = resume[0] if resume else None
         if model is None:
             model_path(config.model.path)  # a clear error for a bad path, even when resuming
             model, tokenizer = load_model(config.model, path=resume_from)
@@ -102,8 +107,9 @@ class GRPOTrainer:
         self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)
         self.step = 0
         self.last_checkpoint: Path | None = None
-        if resume_from is not None:
-            self._restore(resume_from)
+        self.resumed_from: Path | None = None
+        if resume is not None:
+            self._restore(*resume)
 
     # ----- setup ---------------------------------------------------------------------------------
 
@@ -112,17 +118,38 @@ class GRPOTrainer:
         reference, _ = load_model(self.config.model)
         return reference.eval().requires_grad_(False)
 
-    def _restore(self, path: Path) -> None:
-        state = ckpt.load_state(path)
+    def _find_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
+        """The newest readable checkpoint and its state; unreadable ones are skipped with a warning."""
+        unreadable: list[str] = []
+        for path in reversed(ckpt.list_checkpoints(self.output_dir)):
+            try:
+                return path, ckpt.load_state(path)
+            except ckpt.CheckpointError as exc:
+                log.warning("%s; trying the previous checkpoint", exc)
+                unreadable.append(str(path))
+        if unreadable:
+            raise ckpt.CheckpointError(
+                f"no readable checkpoint to resume from in {ckpt.checkpoint_dir(self.output_dir)} "
+                f"(unreadable: {', '.join(unreadable)}); move them away, or set train.resume=false to start over"
+            )
+        return None
+
+    def _restore(self, path: Path, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.mix.load_state_dict(state["mix"])
         self.step = int(state["step"])
         ckpt.set_rng_state(state["rng"])
         self.logger.truncate_after(self.step)
-        self.last_checkpoint = path
-        log.info("resumed from %s (step %d)", path, self.step)
+        self.last_checkpoint = self.resumed_from = path
+        log.info("resumed from step %d (%s)", self.step, path)
 
     def save(self) -> Path:
+        """Write a checkpoint of the current step; refuses weights that are no longer finite."""
+        bad = next((name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+        if bad is not None:
+            where = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "none was written"
+            raise TrainingError(f"step {self.step}: weight {bad} is not finite, so no checkpoint was written ({where}). "
+                                "Lower optim.lr, or use float32 (model.dtype=float32).")
         state = {"optimizer": self.optimizer.state_dict(), "mix": self.mix.state_dict(), "config": self.config.to_dict()}
         self.last_checkpoint = ckpt.save_checkpoint(
             self.output_dir, self.step, self.model, self.tokenizer, state, self.config.train.keep_checkpoints
@@ -282,5 +309,5 @@ def _pad_id(tokenizer: Any) -> int:
 def _load_weights(model: Any, path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    loaded = AutoModelForCausalLM.from_pretrained(path, dtype=next(model.parameters()).dtype)
+    loaded = AutoModelForCausalLM.from_pretrained(path, dtype=next(model.parameters()).dtype, use_safetensors=True)
     model.load_state_dict(loaded.state_dict())

@@ -1,7 +1,10 @@
 """Sandboxes for running untrusted (model-written) code.
 
-``get_sandbox()`` gives the default backend (``bwrap`` where it works, else ``local``);
-``get_sandbox("docker")`` any registered one. Every backend offers the same protocol::
+``get_sandbox()`` gives the default backend: ``bwrap``, the only one that keeps the default's promise
+(model code writes nowhere but its size-capped work dir, ``/tmp`` and ``/dev/shm``, reads no host
+file outside ``/usr``, reaches no network) without a daemon. Where it does not work, ``get_sandbox()``
+refuses with one line naming the fix; it never falls back to something weaker. ``get_sandbox("docker")``,
+``get_sandbox("local")`` or any registered backend, by name. Every backend offers the same protocol::
 
     sb = get_sandbox()
     result = await sb.arun(["python3", "main.py"], files={"main.py": src}, stdin="1 2\\n",
@@ -12,19 +15,27 @@
         for test in tests:
             await s.arun(["./a.out"], test.input, timeout_s=1)
 
+The backend chosen is logged once per process (a warning for backends weaker than the default).
 Model code never runs unsandboxed unless the backend ``"unsafe-subprocess"`` is named explicitly.
 Third-party backends register through the ``cascade_envs_register_sandboxes`` plugin hook.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..registry import sandboxes
 from .base import Sandbox, Session
 from .results import EXECUTABLE, ExecResult, File, SandboxError
 
-DEFAULT_ORDER = ("bwrap", "local")
+DEFAULT_ORDER = ("bwrap",)
+"""Backends tried, in order, when none is named: only those that keep the default's promise."""
+REFUSAL_FIX = ("install bubblewrap (apt-get install bubblewrap), use sandbox='docker', "
+               "or name a weaker backend explicitly (sandbox='local')")
+
+log = logging.getLogger("cascade_envs.sandbox")
+_announced: set[str] = set()
 
 __all__ = [
     "EXECUTABLE",
@@ -51,23 +62,35 @@ def available_backends() -> dict[str, str | None]:
 
 
 def default_backend() -> str:
-    """The isolating backend used when none is named: ``bwrap``, else ``local``."""
+    """The backend used when none is named: ``bwrap``; else ``SandboxError`` with a one-line fix."""
     reasons = []
     for name in DEFAULT_ORDER:
         reason = sandboxes.get(name).load().unavailable()
         if reason is None:
             return name
-        reasons.append(f"{name}: {reason}")
-    raise SandboxError("no sandbox backend works here (" + "; ".join(reasons) + ")")
+        reasons.append(f"{name}: {' '.join(reason.split())}")
+    raise SandboxError(f"no sandbox here can keep model code off the host ({'; '.join(reasons)}): {REFUSAL_FIX}")
+
+
+def _announce(cls: type[Sandbox], how: str) -> None:
+    if cls.name in _announced:
+        return
+    _announced.add(cls.name)
+    if cls.caveat:
+        log.warning("sandbox backend %r (%s; %s)", cls.name, how, cls.caveat)
+    else:
+        log.info("sandbox backend %r (%s)", cls.name, how)
 
 
 def get_sandbox(backend: str | Sandbox | None = None, **options: Any) -> Sandbox:
-    """A sandbox by backend name (``None``: the default); an instance is returned as is."""
+    """A sandbox by backend name (``None``: the default, or a refusal); an instance is returned as is."""
     if isinstance(backend, Sandbox):
         return backend
     name = backend or default_backend()
     cls = sandboxes.get(name).load()
     reason = cls.unavailable()
     if reason is not None:
-        raise SandboxError(f"sandbox backend {name!r} is unavailable: {reason}")
-    return cls(**options)
+        raise SandboxError(f"sandbox backend {name!r} is unavailable: {' '.join(reason.split())}")
+    sandbox = cls(**options)
+    _announce(cls, "named" if backend else "default")
+    return sandbox

@@ -1,7 +1,7 @@
 """The in-sandbox agent: a tiny server that runs commands inside one sandbox.
 
-It is started once per session (``python3 -I -S -c <this file's source> <workdir>``) inside the
-isolation a backend provides, and serves requests on its stdin/stdout until told to exit:
+It is started once per session (``python3 -I -S -c <this file's source> <workdir> [<options>]``)
+inside the isolation a backend provides, and serves requests on its stdin/stdout until told to exit:
 
 - ``{"op": "write", "files": {path: (data, mode)}}`` writes files under the work dir;
 - ``{"op": "read", "path": p, "limit": n}`` reads a file back (e.g. a compiled binary);
@@ -16,6 +16,17 @@ agent starts in a few milliseconds, so one sandbox per response (not per test) i
 The agent never sees expected outputs: results are judged outside the sandbox. When it is PID 1 of
 its own PID namespace it kills every leftover process (background jobs, daemons, zombies) after each
 command, cannot be killed from inside, and its exit takes the whole namespace with it.
+
+``<options>`` (comma-separated, from the backend) say what else the agent owns:
+
+- ``account=/a:/b``: mount points private to this sandbox and held in RAM (tmpfs). What a command
+  writes there, with the System V shared memory and message queues it creates (``ipc``) and its main
+  process's resident memory, counts against its ``memory_mb``: over it, the command is killed and
+  reported as ``"memory"`` (checked every few milliseconds while it runs, and when it ends).
+- ``ipc``: the sandbox has its own IPC namespace: System V objects are removed after each command,
+  like leftover processes.
+- ``dropcaps``: drop every capability for good before serving (``unshare --map-root-user`` makes the
+  agent root of its user namespace; the programs it runs must not be).
 """
 
 import _signal as signal  # the C module: `signal` would pull in enum & co. at start-up
@@ -36,14 +47,47 @@ SIGNAL_NAMES = {getattr(signal, n): n for n in ("SIGABRT", "SIGBUS", "SIGFPE", "
                                                 "SIGSEGV", "SIGSYS", "SIGTERM", "SIGTRAP", "SIGXCPU", "SIGXFSZ")}
 
 
-def _nondumpable():
-    """Hide our /proc entries (fds, memory) from the programs we run, which share our uid."""
-    try:
+OPTIONS = {}
+ACCOUNT = ()
+CHECK_S = 0.02
+PAGE = resource.getpagesize()
+LIBC = None
+
+
+def _libc():
+    global LIBC
+    if LIBC is None:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        LIBC = ctypes.CDLL(None, use_errno=True)
+    return LIBC
+
+
+def _nondumpable():
+    """Hide our /proc entries (fds, memory) from the programs we run, which share our uid."""
+    try:  # noqa: SIM105 (contextlib would cost the agent's start-up time)
+        _libc().prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except Exception:
         pass
+
+
+def _drop_capabilities():
+    """Give up every capability for good: bounding set, ambient set, then effective/permitted/inheritable.
+
+    With the bounding set empty, even an ``execve`` as uid 0 grants nothing, so the commands we run
+    cannot ptrace us, read our file descriptors, mount or raise limits.
+    """
+    import ctypes
+
+    libc = _libc()
+    cap = 0
+    while libc.prctl(24, cap, 0, 0, 0) == 0:  # PR_CAPBSET_DROP; fails (EINVAL) past the last capability
+        cap += 1
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    if cap == 0 or libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "could not drop capabilities")
 
 
 def _safe_path(workdir, path):
@@ -79,6 +123,52 @@ def op_read(req, workdir):
     if len(data) > limit:
         raise ValueError("file larger than the read limit")
     return bytes([OK]) + _blob(data)
+
+
+def _ram_bytes():
+    """Bytes held by the RAM-backed mounts this sandbox owns (``account=``)."""
+    total = 0
+    for path in ACCOUNT:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        total += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return total
+
+
+def _ipc(remove):
+    """Bytes held by System V shared memory and message queues; with ``remove``, delete every object."""
+    total = 0
+    for kind, size_fields in (("shm", (14, 15)), ("msg", (3,)), ("sem", ())):
+        try:
+            with open("/proc/sysvipc/" + kind, "rb") as fh:
+                lines = fh.read().split(b"\n")[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 4:
+                continue
+            total += sum(int(fields[i]) for i in size_fields if i < len(fields))
+            if remove:
+                ident = int(fields[1])
+                libc = _libc()
+                if kind == "shm":
+                    libc.shmctl(ident, 0, None)  # IPC_RMID
+                elif kind == "msg":
+                    libc.msgctl(ident, 0, None)
+                else:
+                    libc.semctl(ident, 0, 0)
+    return total
+
+
+def _rss(pid):
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _killpg(pgid):
@@ -170,6 +260,8 @@ def _spawn(argv, env, cwd, limits):
 def _classify(status, flags, cpu_s, cpu_limit, stderr):
     if flags.get("output"):
         return "output_limit"
+    if flags.get("memory"):
+        return "memory"
     if flags.get("timeout"):
         return "timeout"
     if os.WIFSIGNALED(status):
@@ -204,6 +296,10 @@ def op_run(req, workdir):
                              ("nproc", resource.RLIMIT_NPROC, 1)):
         if req.get(key):
             limits.append((which, int(req[key]) * unit))
+    budget = int(req.get("memory_mb") or 0) << 20
+    ipc = "ipc" in OPTIONS and os.getpid() == 1  # our own IPC namespace, and nothing else left alive in it
+    watch = budget and (ACCOUNT or ipc)
+    base = _ram_bytes() if watch else 0
     start = time.monotonic()
     try:
         pid, in_w, out_r, err_r = _spawn(req["argv"], env, _safe_path(workdir, req.get("cwd", ".")), limits)
@@ -228,6 +324,7 @@ def op_run(req, workdir):
         in_w = None
     view, status, usage = memoryview(stdin), None, None
     deadline = start + timeout
+    next_check = start + CHECK_S
     open_streams = 2
     while status is None or open_streams:
         if status is None:
@@ -244,8 +341,15 @@ def op_run(req, workdir):
         if status is None and now >= deadline:
             flags["timeout"] = True
             _killpg(pid)
+        if watch and status is None and now >= next_check:
+            next_check = now + CHECK_S
+            if _ram_bytes() - base + (_ipc(False) if ipc else 0) + _rss(pid) > budget and not flags.get("memory"):
+                flags["memory"] = True
+                _killpg(pid)
         if status is None:
             wait = min(50.0 if exit_fd is not None else 2.0, max(0.0, deadline - now) * 1000 + 1)
+            if watch:
+                wait = min(wait, max(0.0, next_check - now) * 1000 + 1)
         else:
             wait = 200.0
         for fd, _ in poller.poll(wait):
@@ -281,6 +385,11 @@ def op_run(req, workdir):
     for fd in (in_w, out_r, err_r):
         if fd is not None:
             os.close(fd)
+    left = _ram_bytes() - base if watch else 0
+    if ipc:
+        left += _ipc(True)  # counted, then removed: System V objects are leftovers, like processes
+    if watch and left > budget:
+        flags["memory"] = True  # what it left behind alone is over its memory limit
     wall = time.monotonic() - start
     cpu = usage.ru_utime + usage.ru_stime
     stdout, stderr = bytes(outputs[out_r]), bytes(outputs[err_r])
@@ -310,7 +419,15 @@ def _write_all(fd, data):
 
 
 def main():
+    global ACCOUNT
     workdir = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.getcwd())
+    for item in (sys.argv[2] if len(sys.argv) > 2 else "").split(","):
+        if item:
+            key, _, value = item.partition("=")
+            OPTIONS[key] = value
+    ACCOUNT = tuple(p for p in OPTIONS.get("account", "").split(":") if p)
+    if "dropcaps" in OPTIONS:
+        _drop_capabilities()  # raises: the sandbox does not start rather than start weaker
     os.makedirs(workdir, exist_ok=True)
     os.chdir(workdir)
     proto_in, proto_out = os.dup(0), os.dup(1)
@@ -320,6 +437,8 @@ def main():
     os.close(null)
     _nondumpable()
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a signal that stops us is a death by that signal, never a
+    # KeyboardInterrupt exit: where a program can signal us (no PID namespace) the host then blames it
     _write_all(proto_out, bytes([OK]) + _blob(b"ready"))
     while True:
         head = _read_exact(proto_in, HEAD.size)

@@ -3,6 +3,15 @@
 A backend only says how to start ``python3 -c <agent> <workdir>`` inside its isolation
 (``Sandbox._launch``). Everything else — writing files, running commands with limits, reading
 results back, killing a sandbox that stops answering — is this module, once.
+
+Who is to blame when a sandbox is lost under a command: where the agent is PID 1 of its own PID
+namespace (``Launch.agent_protected``: bwrap, local with namespaces, docker) nothing the command
+does can signal it, so a loss is the infrastructure's (``killed_by="sandbox"``, which the code
+judge masks). Where the command can signal its agent (``unsafe-subprocess``, ``local`` without
+namespaces), an agent that died from a signal or sits stopped while the command ran was killed or
+stopped by it: ``killed_by="agent_killed"``, a failure the program caused (a 0, never a mask).
+Losses outside a command (start, file transfer) and agents that exit or stall on their own stay
+infrastructure failures everywhere.
 """
 
 from __future__ import annotations
@@ -58,6 +67,8 @@ class Launch:
     network: bool = False
     cleanup: list[str] = field(default_factory=list)
     """Host directories removed when the session closes."""
+    agent_protected: bool = False
+    """True when nothing the agent runs can signal it (it is PID 1 of its own PID namespace)."""
 
 
 class Session:
@@ -76,6 +87,8 @@ class Session:
         self._reader: asyncio.StreamReader
         self._writer: Any = None
         self.lost: str | None = None
+        self.lost_to_program = False
+        """The sandbox was lost because the command it ran killed or stopped its agent."""
         self._lock = asyncio.Lock()
 
     async def start(self) -> Session:
@@ -144,10 +157,30 @@ class Session:
             self._kill()
             raise SandboxError(self.lost) from exc
         except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError) as exc:
-            what = "did not answer in time" if isinstance(exc, TimeoutError) else "the agent exited"
-            self.lost = f"{self.backend} sandbox lost: {what}"
+            timed_out = isinstance(exc, TimeoutError)
+            culprit = await self._program_culprit(timed_out) if request.get("op") == "run" else None
+            what = "did not answer in time" if timed_out else "the agent exited"
+            self.lost = f"{self.backend} sandbox lost: " + (f"the program {culprit}" if culprit else what)
+            self.lost_to_program = culprit is not None
             self._kill()
             raise SandboxError(self.lost) from exc
+
+    async def _program_culprit(self, timed_out: bool) -> str | None:
+        """What the running command did to the agent, where it can reach it (``None``: not its doing)."""
+        proc = self.proc
+        if self.launch.agent_protected or proc is None:
+            return None
+        if timed_out:
+            try:
+                with open(f"/proc/{proc.pid}/stat", "rb") as fh:
+                    state = fh.read().rpartition(b")")[2].split()[0]
+            except (OSError, IndexError):
+                return None
+            return "stopped the sandbox agent" if state in (b"T", b"t") else None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.wait(), 1.0)
+        code = proc.returncode
+        return f"killed the sandbox agent (signal {-code})" if code is not None and code < 0 else None
 
     async def arun(
         self,
@@ -160,7 +193,11 @@ class Session:
         cwd: str = ".",
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        """Run ``argv`` in the work dir. A sandbox that dies under the command gives ``killed_by="sandbox"``."""
+        """Run ``argv`` in the work dir.
+
+        A sandbox that dies under the command gives ``killed_by="sandbox"``, or ``"agent_killed"``
+        when the command itself killed or stopped the agent (see the module docstring).
+        """
         if isinstance(stdin, str):
             stdin = stdin.encode()
         timeout = float(timeout_s if timeout_s is not None else self.defaults["timeout_s"])
@@ -182,6 +219,8 @@ class Session:
             try:
                 result = await self._call(request, timeout + GRACE_S)
             except SandboxError as exc:
+                if self.lost_to_program:
+                    return ExecResult(-9, wall_s=time.monotonic() - start, killed_by="agent_killed", error=str(exc))
                 return ExecResult.lost(str(exc), time.monotonic() - start)
         if not isinstance(result, ExecResult):
             return ExecResult.lost(f"{self.backend} agent gave no result", time.monotonic() - start)
@@ -260,6 +299,8 @@ class Sandbox(ABC):
 
     name: ClassVar[str] = ""
     isolated: ClassVar[bool] = True
+    caveat: ClassVar[str] = ""
+    """How this backend falls short of the default's promise (logged when it is chosen); empty: it does not."""
 
     def __init__(
         self,

@@ -1,9 +1,14 @@
 """The ``bwrap`` backend (bubblewrap): the default wherever it works.
 
 Each session is a fresh set of namespaces (user, PID, network, IPC, UTS, mount) whose root holds only
-``/usr`` (read-only), a private ``/proc`` and ``/dev``, and size-capped tmpfs work and temp dirs.
-The host's home, ``/etc`` and everything else are simply absent. The agent is PID 1, so a
-command's leftovers are killed after it, and everything dies with the session.
+``/usr`` (read-only), a private ``/proc`` and a read-only ``/dev``. The root itself is read-only: the
+only writable places are three size-capped tmpfs mounts, the work dir (``/sandbox``), ``/tmp`` and
+``/dev/shm``. Their caps derive from the sandbox's ``memory_mb`` (half, a quarter and a quarter of it,
+so a session's files can pin at most ``memory_mb`` of host RAM) unless ``workdir_mb``, ``tmp_mb`` and
+``shm_mb`` are given; on top of the caps, what one command writes there (and puts in System V
+shared memory) counts against that command's ``memory_mb`` (see ``agent.py``). The host's home,
+``/etc`` and everything else are simply absent. The agent is PID 1, so a command's leftovers are
+killed after it, nothing it runs can signal it, and everything dies with the session.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from functools import cache
 from .base import Launch, Sandbox, agent_source
 
 WORKDIR = "/sandbox"
+NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+              "--disable-userns", "--as-pid-1", "--die-with-parent", "--new-session")
 NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates")
 
 
@@ -32,31 +39,45 @@ def _root_args(exe: str) -> list[str]:
     return argv
 
 
-@cache
 def _probe(uid: int | None) -> str | None:
     exe = shutil.which("bwrap")
     if exe is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
-    argv = [*_root_args(exe), "--unshare-all", "--as-pid-1", "--die-with-parent", "/usr/bin/true"]
+    return _probe_exe(exe, uid)
+
+
+@cache
+def _probe_exe(exe: str, uid: int | None) -> str | None:
+    # every option the sessions use: an older bubblewrap that lacks one fails here, not at every session
+    argv = [*_root_args(exe), "--proc", "/proc", "--dev", "/dev", "--size", "1048576", "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev", "--remount-ro", "/", *NAMESPACES, "--unshare-net", "/usr/bin/true"]
     try:
         kwargs = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
         done = subprocess.run(argv, capture_output=True, timeout=10, **kwargs)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap cannot run: {exc}"
     if done.returncode:
-        return f"bwrap cannot create namespaces here: {done.stderr.decode(errors='replace').strip()}"
+        return f"bwrap cannot create namespaces here: {' '.join(done.stderr.decode(errors='replace').split())}"
     return None
 
 
 class BwrapSandbox(Sandbox):
-    """Bubblewrap sandboxes; ``ro_binds`` adds host paths (read-only) at the same place inside."""
+    """Bubblewrap sandboxes; ``ro_binds`` adds host paths (read-only) at the same place inside.
+
+    ``workdir_mb``, ``tmp_mb``, ``shm_mb``: the caps of the work dir, ``/tmp`` and ``/dev/shm``
+    (default: half, a quarter and a quarter of ``memory_mb``).
+    """
 
     name = "bwrap"
 
-    def __init__(self, *, ro_binds: tuple[str, ...] = (), workdir_mb: int = 256, tmp_mb: int = 64, **kwargs):
+    def __init__(self, *, ro_binds: tuple[str, ...] = (), workdir_mb: int | None = None, tmp_mb: int | None = None,
+                 shm_mb: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.ro_binds = tuple(ro_binds)
-        self.workdir_mb, self.tmp_mb = workdir_mb, tmp_mb
+        memory = int(self.defaults["memory_mb"])
+        self.workdir_mb = int(workdir_mb or max(16, memory // 2))
+        self.tmp_mb = int(tmp_mb or max(8, memory // 4))
+        self.shm_mb = int(shm_mb or max(8, memory // 4))
         if not self.python.startswith("/usr/"):
             self.ro_binds += (os.path.dirname(os.path.dirname(os.path.realpath(self.python))),)
 
@@ -71,16 +92,16 @@ class BwrapSandbox(Sandbox):
             argv += ["--ro-bind", path, path]
         argv += [
             "--proc", "/proc", "--dev", "/dev",
+            "--size", str(self.shm_mb << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
             "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
             "--size", str(self.workdir_mb << 20), "--tmpfs", WORKDIR,
-            "--chdir", WORKDIR,
-            "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--remount-ro", "/",
+            "--chdir", WORKDIR, *NAMESPACES,
             *([] if network else ["--unshare-net"]),
-            "--disable-userns", "--as-pid-1", "--die-with-parent", "--new-session",
             "--hostname", "sandbox",
-            self.python, "-I", "-S", "-c", agent_source(), WORKDIR,
+            self.python, "-I", "-S", "-c", agent_source(), WORKDIR, f"account={WORKDIR}:/tmp:/dev/shm,ipc",
         ]
-        return Launch(argv, WORKDIR, user=self.run_as)
+        return Launch(argv, WORKDIR, user=self.run_as, agent_protected=True)
 
 
 if sys.platform != "linux":  # pragma: no cover

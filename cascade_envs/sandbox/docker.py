@@ -127,4 +127,6 @@ class DockerSandbox(Sandbox):
         return None
 
     def _launch(self, network: bool) -> Launch:
-        return Launch([self.python, "-I", "-S", "-c", agent_source(), WORKDIR], WORKDIR, network=network)
+        # The agent is the container's main process (PID 1 of its PID namespace): nothing it runs can signal it.
+        return Launch([self.python, "-I", "-S", "-c", agent_source(), WORKDIR], WORKDIR, network=network,
+                      agent_protected=True)

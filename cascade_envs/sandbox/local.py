@@ -1,10 +1,19 @@
-"""The ``local`` backend: rlimits, a private temp dir and, where the kernel allows, namespaces.
+"""The ``local`` backend: rlimits, a private work dir and, where the kernel allows, namespaces.
 
-Commands run as an unprivileged uid (when started as root) in a private work dir under the host's
-temp dir, inside ``unshare`` user, PID and network namespaces when unprivileged namespaces are
-available (the agent is then PID 1 and kills leftovers after every command). Unlike ``bwrap`` the
-host file system stays visible (read-only to an unprivileged uid only where file modes say so):
-use ``bwrap`` or ``docker`` for untrusted code in production.
+Never chosen by default: it must be named (``get_sandbox("local")``, ``CodeEnv(sandbox="local")``),
+because it cannot keep the default's promise. The host file system stays visible: a command reads
+whatever its uid may read and writes wherever its uid may write (host ``/tmp``, ``/var/tmp``,
+``/dev/shm``), and its work dir is a directory on the host's disk, bounded per file (``file_mb``),
+not in total.
+
+What it does guarantee: commands run as an unprivileged uid when started as root; where
+unprivileged user namespaces work, the agent runs in its own user, PID, network (unless asked),
+IPC and mount namespaces with every capability dropped, so it is PID 1 (leftover processes are
+killed after each command; nothing a command does can signal it), there is no network and no way
+to reach host processes, and System V objects are removed after each command. Without namespaces
+(logged once) it is rlimits only: a command can open connections, leave daemons and signal the
+agent (the host then blames the command, ``killed_by="agent_killed"``). Use ``bwrap`` or
+``docker`` for untrusted code.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ def _unshare_prefix(uid: int | None, network: bool) -> tuple[str, ...]:
     exe = shutil.which("unshare")
     if exe is None:
         return ()
-    prefix = (exe, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child")
+    prefix = (exe, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child", "--ipc")
     if not network:
         prefix += ("--net",)
     try:
@@ -41,9 +50,10 @@ def _unshare_prefix(uid: int | None, network: bool) -> tuple[str, ...]:
 
 
 class LocalSandbox(Sandbox):
-    """Process-level isolation for machines without bubblewrap."""
+    """Process-level isolation for machines without bubblewrap (only when named: see the module doc)."""
 
     name = "local"
+    caveat = "weaker than bwrap: the host file system is readable and writable where its uid allows"
 
     def _launch(self, network: bool) -> Launch:
         workdir = tempfile.mkdtemp(prefix="cascade-sandbox-")
@@ -51,8 +61,11 @@ class LocalSandbox(Sandbox):
             os.chown(workdir, self.run_as, self.run_as)
         os.chmod(workdir, 0o700)
         prefix = _unshare_prefix(self.run_as, network)
-        argv = [*prefix, self.python, "-I", "-S", "-c", agent_source(), workdir]
-        return Launch(argv, workdir, user=self.run_as, cleanup=[workdir])
+        # In its namespaces the agent is root of the user namespace: it drops every capability before
+        # serving, so neither it nor what it runs can ptrace it, read its pipes, mount or raise limits.
+        options = ["dropcaps,ipc"] if prefix else []
+        argv = [*prefix, self.python, "-I", "-S", "-c", agent_source(), workdir, *options]
+        return Launch(argv, workdir, user=self.run_as, cleanup=[workdir], agent_protected=bool(prefix))
 
     @property
     def namespaces(self) -> bool:

@@ -33,8 +33,11 @@ class ExecResult:
 
     ``exit_code`` is the process's exit status, or minus the signal number that killed it.
     ``killed_by`` says why it stopped early: ``"timeout"`` (wall clock), ``"cpu_time"``,
-    ``"memory"``, ``"output_limit"``, ``"file_size"``, ``"signal:SIGSEGV"``-style names, or
-    ``"sandbox"`` when the sandbox died under it (``error`` then says more).
+    ``"memory"`` (its address space, or what it wrote to RAM-backed files and shared memory, went
+    over ``memory_mb``), ``"output_limit"``, ``"file_size"``, ``"signal:SIGSEGV"``-style names,
+    ``"agent_killed"`` when the command killed or stopped the sandbox's agent (possible only where it
+    can signal it: a failure the program caused), or ``"sandbox"`` when the sandbox died under it
+    for reasons of its own (``error`` then says more).
     """
 
     exit_code: int

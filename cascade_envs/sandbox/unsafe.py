@@ -17,6 +17,7 @@ class UnsafeSubprocessSandbox(Sandbox):
 
     name = "unsafe-subprocess"
     isolated = False
+    caveat = "NO isolation: model code runs as this process's user with full access to the host"
 
     def _launch(self, network: bool) -> Launch:
         workdir = tempfile.mkdtemp(prefix="cascade-unsafe-")

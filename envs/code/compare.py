@@ -6,14 +6,19 @@ output and of each line dropped, runs of spaces inside a line treated as one sep
 number equal to the expected one — exactly (``1.50`` == ``1.5``, ``1e3`` == ``1000``), or within
 ``float_tolerance`` (absolute or relative) when the task sets one. This is the stdin/stdout rule
 of the public code RL data, minus its silent 1e-6 float tolerance.
+
+Nothing a program prints can make a comparison raise: numbers of any size (``1e999999999``) are
+compared in a context without traps, and a value that cannot be compared is simply not equal.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from typing import Any
+
+EXACT = Context(Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[])
+"""Arithmetic for tolerances: any finite exponent, no trap (an overflow is Infinity, never an exception)."""
 
 
 def _lines(text: str) -> list[str]:
@@ -23,7 +28,7 @@ def _lines(text: str) -> list[str]:
 def _numbers(tokens: list[str]) -> list[Decimal] | None:
     try:
         values = [Decimal(t) for t in tokens]
-    except InvalidOperation:
+    except (ArithmeticError, ValueError):
         return None
     return values if all(v.is_finite() for v in values) else None
 
@@ -33,8 +38,8 @@ def _close(a: Decimal, b: Decimal, tol: float | None) -> bool:
         return True
     if not tol:
         return False
-    diff, t = abs(a - b), Decimal(str(tol))
-    return diff <= t or diff <= t * max(abs(a), abs(b))
+    diff, t = EXACT.abs(EXACT.subtract(a, b)), Decimal(str(tol))
+    return diff <= t or diff <= EXACT.multiply(t, max(EXACT.abs(a), EXACT.abs(b)))
 
 
 def compare_output(got: str, expected: str, float_tolerance: float | None = None) -> str | None:
@@ -65,9 +70,13 @@ def compare_value(got: Any, expected: Any, float_tolerance: float | None = None)
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
         if got == expected:
             return True
-        if float_tolerance and math.isfinite(got) and math.isfinite(expected):
-            return abs(got - expected) <= float_tolerance * max(1.0, abs(expected))
-        return False
+        if not float_tolerance:
+            return False
+        g, e = Decimal(got), Decimal(expected)  # exact for ints of any size and for floats
+        if not (g.is_finite() and e.is_finite()):
+            return False
+        diff = EXACT.abs(EXACT.subtract(g, e))
+        return diff <= EXACT.multiply(Decimal(str(float_tolerance)), max(Decimal(1), EXACT.abs(e)))
     if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)):
         return len(got) == len(expected) and all(
             compare_value(g, e, float_tolerance) for g, e in zip(got, expected, strict=True)
@@ -78,7 +87,10 @@ def compare_value(got: Any, expected: Any, float_tolerance: float | None = None)
 
 
 def describe_value(value: Any) -> str:
-    return _clip(json.dumps(value, default=repr))
+    try:
+        return _clip(json.dumps(value, default=repr))
+    except (ValueError, RecursionError):  # an int too long to print, a structure too deep
+        return f"<{type(value).__name__} that cannot be shown>"
 
 
 def _clip(text: str, limit: int = 80) -> str:

@@ -22,7 +22,9 @@ from .task import parse_code_task
 class CodeEnv(Env):
     """Code generation graded by execution.
 
-    ``sandbox``: a backend name or instance (default: ``bwrap`` where it works, else ``local``);
+    ``sandbox``: a backend name or instance (default: ``bwrap``; where it does not work the env
+    refuses at construction with one line naming the fix — it never falls back to a weaker backend
+    unless one is named, e.g. ``sandbox="local"``);
     ``verifier_url``: score on remote verification services instead (``cascade-envs serve-sandbox``; a
     list or comma-separated URLs spreads the load, least-busy first);
     ``ray_actors``: score on a pool of Ray actors (0: one per CPU of the Ray cluster); ``time_limit_s`` (CPU
@@ -64,6 +66,8 @@ class CodeEnv(Env):
             from .ray_verifier import RayVerifier
 
             self.client = RayVerifier(ray_actors, sandbox=sandbox if isinstance(sandbox, str) else None, config=config)
+        else:
+            self.judge.sandbox  # noqa: B018 -- choose the backend now: a refusal is loud here, not masked rewards later
 
     def load_task(self, row: dict[str, Any]) -> Task:
         prompt_messages(row)

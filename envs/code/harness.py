@@ -44,5 +44,5 @@ def parse_result(stdout: str) -> tuple[bool, object]:
         return False, "the function returned no result"
     try:
         return True, json.loads(tail)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, an int too long to read, nesting too deep
         return False, "the result is not JSON-serialisable"

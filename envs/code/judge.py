@@ -88,9 +88,15 @@ class CheckerError(Exception):
 
 
 def run_failure(result: ExecResult, cpu_limit_s: float = float("inf")) -> str | None:
-    """Why a run did not complete normally, in judge words (``None`` when it did)."""
+    """Why a run did not complete normally, in judge words (``None`` when it did).
+
+    A sandbox lost for reasons of its own raises ``SandboxError`` (the reward is masked); one the
+    program killed or stopped (``killed_by="agent_killed"``) is the program's failure.
+    """
     if result.killed_by == "sandbox":
         raise SandboxError(result.error or "sandbox lost")
+    if result.killed_by == "agent_killed":
+        return "runtime error: the program killed or stopped its sandbox"
     if result.killed_by in ("timeout", "cpu_time") or result.cpu_s > cpu_limit_s:
         what = "wall clock" if result.killed_by == "timeout" else "cpu time"
         return f"time limit exceeded ({what})"
@@ -201,17 +207,20 @@ class Judge:
 
     async def _check(self, result: ExecResult, given: str, expected: str, task: CodeTask,
                      checker: _CheckerRun | None) -> str | None:
-        if task.fn_name:
-            ok, value = parse_result(result.text)
-            if not ok:
-                return str(value)
-            want = json.loads(expected)
-            if compare_value(value, want, task.float_tolerance):
-                return None
-            return f"wrong answer: returned {describe_value(value)}, expected {describe_value(want)}"
-        if checker is not None:
+        if checker is not None and not task.fn_name:
             return await checker.check(given, result.stdout, expected)
-        return compare_output(result.text, expected, task.float_tolerance)
+        want = json.loads(expected) if task.fn_name else None
+        try:  # whatever the program printed, comparing it is a verdict, never a failure to score
+            if task.fn_name:
+                ok, value = parse_result(result.text)
+                if not ok:
+                    return str(value)
+                if compare_value(value, want, task.float_tolerance):
+                    return None
+                return f"wrong answer: returned {describe_value(value)}, expected {describe_value(want)}"
+            return compare_output(result.text, expected, task.float_tolerance)
+        except (ArithmeticError, RecursionError, ValueError, MemoryError) as exc:
+            return f"wrong answer: unreadable output ({type(exc).__name__})"
 
     async def build(self, session: Session, source: str, language: str, name: str) -> Program:
         """A runnable program for ``source``; C++ is compiled in ``session`` once per distinct source."""

@@ -8,6 +8,13 @@ run at once (one per core by default); up to ``max_queue`` more wait; beyond tha
 ``429`` at once (back-pressure: the client retries later). A request still queued or running at
 its deadline gets ``503``/``504``. Start it with ``cascade-envs serve-sandbox``.
 
+Bad requests get ``400`` with the field named (``{"error": ..., "field": "config.time_limit_s"}``),
+never a ``500`` with a Python exception: mistyped fields, NaN/Infinity literals, JSON nested too
+deeply. A body over ``max_body_mb`` (8 MiB by default) gets ``413``; a connection silent for ``idle_timeout_s`` (30 s) is closed, and a request
+that takes longer than ``request_timeout_s`` (60 s) to arrive gets ``408``. Parsing, task
+checks and code-block extraction run on a worker thread, so one large request cannot stall the
+event loop that serves the others.
+
 It lives beside the code env it serves: the kernel's sandbox layer imports no env.
 """
 
@@ -17,28 +24,145 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import time
+import typing
 from collections.abc import Awaitable, Callable
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import h11
 
 from ...core import Reward, TaskError
 from ...sandbox import get_sandbox
-from ...sandbox.results import SandboxError
+from ...sandbox.results import File, SandboxError, normalise_files
+from .extract import as_answer, last_code_block
 from .judge import Judge, JudgeConfig
-from .task import parse_code_task
+from .task import CodeTask, parse_code_task
 
 log = logging.getLogger("cascade_envs.envs.code.service")
-MAX_BODY = 512 << 20
+
+MAX_BODY_MB = 8.0
+"""Default request body limit: a task row with its tests and an answer (large test data travels
+zlib-packed, ``unit_tests.packed``). Parsing a body of this size holds the GIL for at most about half
+a second even when built to be slow. (It was 512 MiB, with a peak RSS of about four times the body.)"""
+IDLE_TIMEOUT_S = 30.0
+"""Default: a connection that sends nothing for this long (between or within requests) is closed."""
+REQUEST_TIMEOUT_S = 60.0
+"""Default: a request's headers and body must arrive within this long of its first byte (else 408)."""
+MAX_HEADER_BYTES = 1 << 20
+LINGER_S = 2.0
+"""After an early answer (413, 408) the rest of the request is read and dropped for up to this
+long, so the client sees the answer rather than a connection reset."""
+JUDGE_OVERRIDES = {f.name for f in fields(JudgeConfig)} - {"cpp_flags", "cache_size", "max_concurrency"}
+"""``JudgeConfig`` fields a request's ``config`` may set (other keys are ignored)."""
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, field: str | None = None):
         super().__init__(message)
         self.status = status
+        self.field = field
+
+    def body(self) -> dict[str, Any]:
+        return {"error": str(self), **({"field": self.field} if self.field else {})}
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
+def _bad(field: str, expected: str, value: Any) -> HTTPError:
+    return HTTPError(400, f"{field!r}: expected {expected}, got {_show(value)}", field)
+
+
+def _positive_number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise _bad(field, "a positive finite number", value)
+    return float(value)
+
+
+def _positive_int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _bad(field, "a positive integer", value)
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def read_json(body: bytes | bytearray) -> dict[str, Any]:
+    """The request body as a JSON object; ``HTTPError(400)`` for anything else."""
+    try:
+        payload = json.loads(body or b"{}", parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise HTTPError(400, "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN/Infinity
+        raise HTTPError(400, f"invalid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise HTTPError(400, "the request body must be a JSON object")
+    return payload
+
+
+def _judge_types() -> dict[str, Any]:
+    hints = typing.get_type_hints(JudgeConfig)
+    return {name: hints[name] for name in JUDGE_OVERRIDES}
+
+
+JUDGE_TYPES = _judge_types()
+
+
+def judge_overrides(value: Any) -> dict[str, Any]:
+    """The checked ``config`` of a ``/verify`` request (``null``: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad("config", "an object", value)
+    overrides: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in JUDGE_TYPES:
+            continue  # e.g. a newer client's setting: ignored, as before
+        field, tp = f"config.{key}", JUDGE_TYPES[key]
+        if tp is bool:
+            if not isinstance(item, bool):
+                raise _bad(field, "true or false", item)
+            overrides[key] = item
+        elif tp is int:
+            overrides[key] = _positive_int(item, field)
+        else:
+            overrides[key] = _positive_number(item, field)
+    return overrides
+
+
+@dataclass
+class VerifyRequest:
+    task: CodeTask | None
+    malformed: str | None
+    """Why the task cannot be scored (a masked reward, not a 400: the row is data, not the request)."""
+    answer: str
+    """The answer reduced to its last code block (``extract.as_answer``)."""
+    config: JudgeConfig
+    deadline_s: float
+
+
+@dataclass
+class RunRequest:
+    argv: list[str]
+    files: dict[str, File]
+    stdin: str
+    timeout_s: float | None
+    memory_mb: int | None
+    deadline_s: float
 
 
 class VerifyService:
@@ -54,33 +178,34 @@ class VerifyService:
         self._slots = asyncio.Semaphore(self.workers)
         self.stats = {"running": 0, "queued": 0, "served": 0, "rejected": 0, "expired": 0, "errors": 0}
 
-    async def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        routes: dict[tuple[str, str], Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
-            ("POST", "/verify"): self.verify,
-            ("POST", "/run"): self.run,
+    async def handle(self, method: str, path: str, body: bytes | bytearray) -> tuple[int, dict[str, Any]]:
+        routes: dict[tuple[str, str], tuple[Callable[[dict[str, Any]], Any], Callable[[Any], Awaitable[dict]]]] = {
+            ("POST", "/verify"): (self.prepare_verify, self._verify),
+            ("POST", "/run"): (self.prepare_run, self._run),
         }
         if (method, path) == ("GET", "/health"):
             return 200, {"status": "ok", "backend": self.sandbox.name, "workers": self.workers,
                          "max_queue": self.max_queue, **self.stats}
-        handler = routes.get((method, path))
-        if handler is None:
+        route = routes.get((method, path))
+        if route is None:
             return 404, {"error": f"no route {method} {path}"}
+        prepare, execute = route
         try:
-            payload = json.loads(body or b"{}")
-            if not isinstance(payload, dict):
-                raise HTTPError(400, "the request body must be a JSON object")
-            return 200, await self._admit(payload, handler)
-        except json.JSONDecodeError as exc:
-            return 400, {"error": f"invalid JSON: {exc}"}
+            # parsing, field checks, task checks and extraction: CPU work kept off the event loop
+            request = await asyncio.to_thread(lambda: prepare(read_json(body)))
+            return 200, await self._admit(request.deadline_s, lambda: execute(request))
         except HTTPError as exc:
-            return exc.status, {"error": str(exc)}
+            return exc.status, exc.body()
         except Exception as exc:  # a bug or a sandbox failure: report it, keep serving
             self.stats["errors"] += 1
             log.exception("request failed")
             return 500, {"error": f"{type(exc).__name__}: {exc}"}
 
-    async def _admit(self, payload: dict[str, Any], handler: Callable[[dict[str, Any]], Awaitable[dict]]) -> dict:
-        deadline_s = float(payload.get("deadline_s") or self.default_deadline_s)
+    def _deadline(self, payload: dict[str, Any]) -> float:
+        value = payload.get("deadline_s")
+        return self.default_deadline_s if value is None else _positive_number(value, "deadline_s")
+
+    async def _admit(self, deadline_s: float, handler: Callable[[], Awaitable[dict]]) -> dict:
         deadline = time.monotonic() + deadline_s
         if self.stats["queued"] >= self.max_queue:
             self.stats["rejected"] += 1
@@ -102,7 +227,7 @@ class VerifyService:
             self.stats["queued"] -= 1
         self.stats["running"] += 1
         try:
-            return await asyncio.wait_for(handler(payload), max(0.001, deadline - time.monotonic()))
+            return await asyncio.wait_for(handler(), max(0.001, deadline - time.monotonic()))
         except TimeoutError:
             self.stats["expired"] += 1
             raise HTTPError(504, f"deadline of {deadline_s:g}s passed while running") from None
@@ -111,42 +236,132 @@ class VerifyService:
             self.stats["served"] += 1
             self._slots.release()
 
-    async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def prepare_verify(self, payload: dict[str, Any]) -> VerifyRequest:
+        """Check a ``/verify`` payload and do its CPU work (task parsing, extraction); blocking."""
         task, answer = payload.get("task"), payload.get("answer")
-        if not isinstance(task, dict) or not isinstance(answer, str):
-            raise HTTPError(400, "expected {'task': object, 'answer': string}")
-        known = {f.name for f in fields(JudgeConfig)} - {"cpp_flags", "cache_size", "max_concurrency"}
-        overrides = {k: v for k, v in (payload.get("config") or {}).items() if k in known}
+        if not isinstance(task, dict):
+            raise _bad("task", "an object", task)
+        if not isinstance(answer, str):
+            raise _bad("answer", "a string", answer)
+        config = JudgeConfig(**{**self.judge.config.__dict__, **judge_overrides(payload.get("config"))})
+        deadline_s = self._deadline(payload)
         try:
-            parsed = parse_code_task(task)
-            config = JudgeConfig(**{**self.judge.config.__dict__, **overrides})
-        except (TaskError, TypeError) as exc:
-            return {"reward": Reward.failed(f"malformed task: {exc}").to_dict()}
-        reward = await self.judge.ascore(parsed, answer, config)
+            parsed, malformed = parse_code_task(task), None
+        except TaskError as exc:
+            parsed, malformed = None, f"malformed task: {exc}"
+        return VerifyRequest(parsed, malformed, as_answer(last_code_block(answer)), config, deadline_s)
+
+    async def _verify(self, request: VerifyRequest) -> dict[str, Any]:
+        if request.task is None:
+            return {"reward": Reward.failed(request.malformed or "malformed task").to_dict()}
+        reward = await self.judge.ascore(request.task, request.answer, request.config)
         return {"reward": reward.to_dict()}
 
-    async def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def verify(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Score one ``/verify`` payload (no queueing or deadline: ``handle`` adds those)."""
+        return await self._verify(await asyncio.to_thread(self.prepare_verify, payload))
+
+    def prepare_run(self, payload: dict[str, Any]) -> RunRequest:
+        """Check a ``/run`` payload; blocking."""
         argv = payload.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise HTTPError(400, "expected 'argv': a non-empty list of strings")
+            raise _bad("argv", "a non-empty list of strings", argv)
+        files = payload.get("files")
+        if files is None:
+            files = {}
+        if not isinstance(files, dict):
+            raise _bad("files", "an object of {path: text}", files)
+        for path, text in files.items():
+            if not isinstance(text, str):
+                raise _bad(f"files.{path}", "a string", text)
         try:
-            result = await self.sandbox.arun(argv, payload.get("files") or {}, payload.get("stdin") or "",
-                                             payload.get("timeout_s"), payload.get("memory_mb"))
+            checked = normalise_files(files)
+        except ValueError as exc:
+            raise HTTPError(400, f"'files': {exc}", "files") from None
+        stdin = payload.get("stdin")
+        if stdin is not None and not isinstance(stdin, str):
+            raise _bad("stdin", "a string", stdin)
+        timeout_s, memory_mb = payload.get("timeout_s"), payload.get("memory_mb")
+        return RunRequest(
+            argv, checked, stdin or "",
+            None if timeout_s is None else _positive_number(timeout_s, "timeout_s"),
+            None if memory_mb is None else _positive_int(memory_mb, "memory_mb"),
+            self._deadline(payload),
+        )
+
+    async def _run(self, request: RunRequest) -> dict[str, Any]:
+        try:
+            result = await self.sandbox.arun(request.argv, request.files, request.stdin, request.timeout_s,
+                                             request.memory_mb)
         except (ValueError, TypeError, SandboxError) as exc:
             raise HTTPError(400, str(exc)) from exc
         return result.to_dict()
 
+    async def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Run one ``/run`` payload (no queueing or deadline: ``handle`` adds those)."""
+        return await self._run(await asyncio.to_thread(self.prepare_run, payload))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The HTTP layer's limits (see the module docstring)."""
+
+    max_body_mb: float = MAX_BODY_MB
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_mb", "idle_timeout_s", "request_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+    @property
+    def max_body(self) -> int:
+        return int(self.max_body_mb * (1 << 20))
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)  # h11 has checked it is a number
+    return None
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Read and drop what the client still sends, briefly, so it can read the answer sent early."""
+    with contextlib.suppress(Exception):
+        if writer.can_write_eof():
+            writer.write_eof()
+        end = time.monotonic() + LINGER_S
+        while (left := end - time.monotonic()) > 0 and await asyncio.wait_for(reader.read(1 << 16), left):
+            pass
+
 
 async def _serve_connection(service: VerifyService, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter) -> None:
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=1 << 20)
+                            writer: asyncio.StreamWriter, limits: Limits) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+    loop = asyncio.get_running_loop()
     try:
         while True:
-            request, body = None, bytearray()
-            while True:
+            request, body, started = None, bytearray(), None
+            status: int | None = None
+            answer: dict[str, Any] = {}
+            while status is None:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    data = await reader.read(1 << 16)
+                    wait = limits.idle_timeout_s
+                    if started is not None:
+                        wait = min(wait, started + limits.request_timeout_s - loop.time())
+                    try:
+                        data = await asyncio.wait_for(reader.read(1 << 16), max(wait, 0.0))
+                    except TimeoutError:
+                        if request is None:
+                            return  # idle, or headers that never completed: close without a word
+                        status, answer = 408, {"error": "the request did not arrive in time"}
+                        break
+                    if data and started is None:
+                        started = loop.time()
                     conn.receive_data(data)
                     if not data and conn.their_state is not h11.DONE:
                         return
@@ -155,37 +370,58 @@ async def _serve_connection(service: VerifyService, reader: asyncio.StreamReader
                     return
                 if isinstance(event, h11.Request):
                     request = event
+                    started = loop.time() if started is None else started
+                    length = _content_length(event)
+                    if length is not None and length > limits.max_body:
+                        status, answer = 413, {"error": f"request body over the limit of {limits.max_body_mb:g} MiB"}
                 elif isinstance(event, h11.Data):
-                    body += event.data
-                    if len(body) > MAX_BODY:
-                        status, answer = 413, {"error": "request body too large"}
-                        break
+                    if len(body) + len(event.data) > limits.max_body:
+                        status, answer = 413, {"error": f"request body over the limit of {limits.max_body_mb:g} MiB"}
+                    else:
+                        body += event.data
                 elif isinstance(event, h11.EndOfMessage):
                     assert request is not None
-                    path = request.target.decode().split("?", 1)[0]
-                    status, answer = await service.handle(request.method.decode(), path, bytes(body))
-                    break
-            data = json.dumps(answer).encode()
-            headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
-            if status in (429, 503):
-                headers.append(("retry-after", "1"))
-            writer.write(conn.send(h11.Response(status_code=status, headers=headers))
-                         + conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage()))
-            await writer.drain()
-            if conn.our_state is h11.MUST_CLOSE or status == 413:
+                    path = request.target.decode("latin-1").split("?", 1)[0]
+                    status, answer = await service.handle(request.method.decode("latin-1"), path, body)
+            early = conn.their_state is not h11.DONE  # answered before the whole request arrived
+            await _respond(conn, writer, status, answer, close=early)
+            if early:
+                await _linger(reader, writer)
+                return
+            if conn.our_state is h11.MUST_CLOSE:
                 return
             conn.start_next_cycle()
-    except (h11.RemoteProtocolError, ConnectionError, asyncio.CancelledError):
+    except h11.RemoteProtocolError as exc:  # malformed HTTP: answer if h11 still lets us, then close
+        with contextlib.suppress(Exception):
+            await _respond(conn, writer, exc.error_status_hint, {"error": f"bad HTTP request: {exc}"}, close=True)
+    except (ConnectionError, asyncio.CancelledError):
         return  # a broken client, or the server shutting down
     finally:
         writer.close()
 
 
+async def _respond(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, answer: dict[str, Any],
+                   close: bool = False) -> None:
+    data = json.dumps(answer).encode()
+    headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
+    if status in (429, 503):
+        headers.append(("retry-after", "1"))
+    if close:
+        headers.append(("connection", "close"))
+    writer.write(conn.send(h11.Response(status_code=status, headers=headers))
+                 + conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage()))
+    await writer.drain()
+
+
 async def start_server(host: str = "127.0.0.1", port: int = 8765, workers: int | None = None,
-                       backend: str | None = None, max_queue: int | None = None) -> tuple[asyncio.Server, VerifyService]:
+                       backend: str | None = None, max_queue: int | None = None, *,
+                       max_body_mb: float = MAX_BODY_MB, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                       request_timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[asyncio.Server, VerifyService]:
     """Start serving on ``host:port`` (port 0 picks a free one) and return the server and service."""
+    limits = Limits(max_body_mb, idle_timeout_s, request_timeout_s)
     service = VerifyService(workers, backend, max_queue)
-    server = await asyncio.start_server(lambda r, w: _serve_connection(service, r, w), host, port, limit=1 << 20)
+    server = await asyncio.start_server(lambda r, w: _serve_connection(service, r, w, limits), host, port,
+                                        limit=1 << 20)
     return server, service
 
 
@@ -243,11 +479,14 @@ class BackgroundService:
 
 
 def serve_sandbox(host: str = "127.0.0.1", port: int = 8765, workers: int | None = None,
-                  backend: str | None = None, max_queue: int | None = None) -> None:
+                  backend: str | None = None, max_queue: int | None = None, *,
+                  max_body_mb: float = MAX_BODY_MB, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                  request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
     """Run the verification service until interrupted (the ``cascade-envs serve-sandbox`` command)."""
 
     async def main() -> None:
-        server, service = await start_server(host, port, workers, backend, max_queue)
+        server, service = await start_server(host, port, workers, backend, max_queue, max_body_mb=max_body_mb,
+                                             idle_timeout_s=idle_timeout_s, request_timeout_s=request_timeout_s)
         bound = server.sockets[0].getsockname()
         print(f"cascade-envs sandbox service on http://{bound[0]}:{bound[1]} "
               f"(backend {service.sandbox.name}, {service.workers} workers, queue {service.max_queue})", flush=True)

@@ -6,7 +6,10 @@ optionally ``template_metadata.output_regex``. See ``grading.py`` for what each 
 
 Limits: answers over ``max_answer_chars`` are not graded. The built-in extractors are linear in
 the answer and run in-process; a row's ``output_regex`` runs in the env's ``VerifierPool``
-(worker processes, started on first use, closed by ``aclose``) under a hard ``timeout_s``. Scored
+(worker processes, started on first use, closed by ``aclose``) under a hard ``timeout_s``,
+unless ``grading.regex_steps`` proves it cheap on this answer: at most ``inline_steps`` paths
+(default 4M, measured at under ~10 ms; e.g. ``Answer:\\s*\\(?([A-J])\\)?`` on up to ~1000
+characters), where a worker round trip (~0.15 ms) would make the check ~3.5x dearer. Scored
 0 with a reason starting "verifier limit: " (the answer's fault): an answer over the size limit,
 or one that makes the row's regex run past the time limit while the regex handles a short
 canonical answer (``\\boxed{A}``, ``Answer: A``) quickly. Masked (the task's fault): the regex
@@ -23,13 +26,14 @@ from cascade_envs import Env, Reward, Task, TaskError
 from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
 from cascade_envs.workers import WorkerError
 
-from .grading import DEFAULT_MODE, GRADING_MODES, Options, compile_output_regex, regex_letter
+from .grading import DEFAULT_MODE, GRADING_MODES, Options, compile_output_regex, regex_letter, regex_steps
 
 MAX_ANSWER_CHARS = 200_000
 TIMEOUT_S = 10.0
 PROBES = ("\\boxed{A}", "Answer: A")
 """Short canonical answers: a row regex that cannot handle these in time is the task's fault."""
 PROBE_TIMEOUT_S = 2.0
+INLINE_STEPS = 4_000_000
 
 
 def _check_options(value: Any) -> list[dict[str, str | None]]:
@@ -60,7 +64,8 @@ class MCQAEnv(Env):
 
     ``grading_mode`` overrides every row's own mode when given (like the upstream server setting).
     ``timeout_s``: hard limit per answer on a row's ``output_regex``; ``max_answer_chars``: longer
-    answers score 0 ungraded; ``workers``: verifier processes (default up to 4, one per CPU).
+    answers score 0 ungraded; ``inline_steps``: see the module doc (0: always a worker);
+    ``workers``: verifier processes (default up to 4, one per CPU).
     """
 
     default_tasks: ClassVar[str | None] = "bundled:mcqa/samples.jsonl"
@@ -72,13 +77,17 @@ class MCQAEnv(Env):
         grading_mode: str | None = None,
         timeout_s: float = TIMEOUT_S,
         max_answer_chars: int = MAX_ANSWER_CHARS,
+        inline_steps: float = INLINE_STEPS,
         workers: int | None = None,
         **kwargs: Any,
     ):
         if grading_mode is not None and grading_mode not in GRADING_MODES:
             raise ValueError(f"unknown grading_mode {grading_mode!r}; choose from {sorted(GRADING_MODES)}")
         self.grading_mode = grading_mode
-        self.verifier = VerifierPool(timeout_s=timeout_s, max_chars=max_answer_chars, workers=workers)
+        self.inline_steps = float(inline_steps)
+        self.verifier = VerifierPool(
+            timeout_s=timeout_s, max_chars=max_answer_chars, workers=workers, preload=(regex_letter,)
+        )
         self._slow_regexes: dict[str, bool] = {}  # output_regex -> times out on the canonical probes
         super().__init__(tasks, **kwargs)
 
@@ -117,7 +126,8 @@ class MCQAEnv(Env):
         try:
             self.verifier.check_size(answer)
             if regex:
-                predicted = await self.verifier.run(regex_letter, answer, regex, options, allowed)
+                inline = regex_steps(regex, len(answer)) <= self.inline_steps
+                predicted = await self.verifier.run(regex_letter, answer, regex, options, allowed, inline=inline)
         except VerifierLimit as exc:
             if exc.kind == "time" and await self._regex_is_unusable(regex, options, allowed):
                 return Reward.failed(f"output_regex times out even on a short canonical answer: {exc}", **info)

@@ -25,6 +25,7 @@ import math
 import re
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import cast
 
 Options = list[tuple[str, str]]
 """``(letter, option text)`` pairs, letters upper-case, in row order."""
@@ -219,7 +220,7 @@ def _choices(pattern: str) -> tuple[int, float]:
             if op in simple:
                 continue
             if op in repeats:
-                low, high, body = arg  # type: ignore[misc]
+                low, high, body = cast("tuple[int, int, Sequence[tuple[object, object]]]", arg)
                 if walk(body) != (0, 1.0):
                     return 0, math.inf
                 u, c = (u + 1, c) if high == sre.MAXREPEAT else (u, c * (high - low + 1))

@@ -78,7 +78,9 @@ class StructuredOutputEnv(Env):
     ):
         self.allow_code_fence = bool(allow_code_fence)
         self.inline_chars = int(inline_chars)
-        self.verifier = VerifierPool(timeout_s=timeout_s, max_chars=max_answer_chars, workers=workers)
+        self.verifier = VerifierPool(
+            timeout_s=timeout_s, max_chars=max_answer_chars, workers=workers, preload=(check_text,)
+        )
         super().__init__(tasks, **kwargs)
 
     def load_task(self, row: dict[str, Any]) -> Task:

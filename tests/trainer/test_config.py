@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from importlib import resources
 
 import pytest
@@ -65,7 +67,7 @@ def test_unknown_key_suggests_the_right_one():
         ("optim.lr=fast", "expected a number"),
         ("rollout.group_size=2.5", "expected an integer"),
         ("rollout.group_size=1", "at least 2"),
-        ("optim.lr=-1", "must be positive"),
+        ("optim.lr=-1", "optim.lr must be a finite number > 0"),
         ("rollout.engine=tgi", "'hf' or 'vllm'"),
         ("train.steps", "key.sub=value"),
         ("mix.envs={}", "mix.envs is empty"),
@@ -101,3 +103,70 @@ def test_mix_entries_with_kwargs():
     assert kwargs["test/SayYes-v0"] == {"max_turns": 1}
     with pytest.raises(ConfigError, match="unknown key"):
         config_from_dict({"mix": {"envs": {"test/SayYes-v0": {"wieght": 2}}}}).mix_weights()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["optim.lr=.inf"], "optim.lr"),
+        (["optim.lr=1e999"], "optim.lr"),
+        (["optim.lr=.nan"], "optim.lr"),
+        (["optim.lr=0"], "optim.lr"),
+        (["rollout.temperature=-1"], "rollout.temperature"),
+        (["rollout.temperature=.inf"], "rollout.temperature"),
+        (["rollout.top_p=0"], "rollout.top_p"),
+        (["rollout.top_p=1.5"], "rollout.top_p"),
+        (["rollout.top_p=.nan"], "rollout.top_p"),
+        (["optim.betas=[0.9, 1.0]"], "optim.betas[1]"),
+        (["optim.betas=[-0.1, 0.999]"], "optim.betas[0]"),
+        (["optim.eps=0"], "optim.eps"),
+        (["optim.eps=.inf"], "optim.eps"),
+        (["optim.max_grad_norm=0"], "optim.max_grad_norm"),
+        (["optim.max_grad_norm=.inf"], "optim.max_grad_norm"),
+        (["optim.weight_decay=-0.01"], "optim.weight_decay"),
+        (["optim.weight_decay=.nan"], "optim.weight_decay"),
+        (["optim.kl_coef=-0.1"], "optim.kl_coef"),
+        (["optim.kl_coef=.inf"], "optim.kl_coef"),
+        (["optim.warmup_steps=-1"], "optim.warmup_steps"),
+        (["optim.warmup_start_lr=-1e-7"], "optim.warmup_start_lr"),
+        (["optim.warmup_steps=10", "optim.warmup_start_lr=1.0"], "optim.warmup_start_lr"),
+        (["train.seed=-1"], "train.seed"),
+        (["train.seed=4294967296"], "train.seed"),
+        (["mix.seed=-5"], "mix.seed"),
+        (["model.dtype=fp8"], "model.dtype"),
+        (["model.device=gpu0"], "model.device"),
+        (["model.path="], "model.path"),
+        (["train.output_dir="], "train.output_dir"),
+    ],
+)
+def test_settings_that_would_ruin_a_run_are_refused_naming_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_config(None, overrides)
+
+
+def test_edge_values_that_make_sense_are_accepted(tmp_path):
+    config = load_config(None, [
+        "rollout.temperature=0", "rollout.top_p=1", "optim.betas=[0, 0.999]", "optim.weight_decay=0",
+        "optim.warmup_steps=3", "optim.warmup_start_lr=3e-6", f"train.output_dir={tmp_path / 'a' / 'b'}",
+        "train.seed=4294967295", "model.device=cpu",
+    ])
+    assert config.rollout.temperature == 0 and config.rollout.top_p == 1
+    assert not (tmp_path / "a").exists()  # validation creates nothing
+
+
+def test_output_dir_must_be_creatable_and_writable(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match=r"train\.output_dir .*not a directory"):
+        load_config(None, [f"train.output_dir={blocker / 'run'}"])
+    with pytest.raises(ConfigError, match=r"train\.output_dir"):
+        load_config(None, [f"train.output_dir={blocker}"])
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        try:
+            with pytest.raises(ConfigError, match=r"train\.output_dir .*not writable"):
+                load_config(None, [f"train.output_dir={locked / 'run'}"])
+        finally:
+            locked.chmod(0o700)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import shutil
 
+import numpy as np
 import pytest
 import torch
 
 from cascade_envs.core import CascadeError
 from cascade_envs.registry import UnknownIdError
 from cascade_envs.trainer import checkpoint as ckpt
+from cascade_envs.trainer.config import ConfigError
 from cascade_envs.trainer.grpo import GRPOTrainer, TrainingError
 
 
@@ -162,3 +167,92 @@ def test_bf16_training_step(make_config, model):
 def test_linear_lr_warmup(make_config):
     trainer = GRPOTrainer(make_config(optim={"lr": 2e-6, "warmup_steps": 3, "warmup_start_lr": 2e-7}))
     assert [trainer._lr(s) for s in (1, 2, 3, 4, 50)] == pytest.approx([2e-7, 1.1e-6, 2e-6, 2e-6, 2e-6])
+
+
+# ----- hardening: settings checked before work, safe and resilient resume -------------------------
+
+
+def _train_to(make_config, out, steps, **train):
+    GRPOTrainer(make_config(train={"steps": steps, "save_every": 1, "keep_checkpoints": 5,
+                                   "output_dir": str(out), **train})).train()
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [("optim", "lr", float("inf")), ("rollout", "temperature", -1.0), ("rollout", "top_p", 0.0),
+     ("optim", "betas", [0.9, float("nan")]), ("train", "output_dir", "")],
+)
+def test_trainer_checks_a_config_changed_in_code_before_any_work(make_config, tmp_path, section, key, value):
+    config = make_config(train={"output_dir": str(tmp_path / "run")})
+    setattr(getattr(config, section), key, value)
+    with pytest.raises(ConfigError, match=re.escape(f"{section}.{key}")):
+        GRPOTrainer(config)
+    assert not (tmp_path / "run").exists()
+
+
+def test_non_finite_weights_are_never_checkpointed(make_config):
+    trainer = GRPOTrainer(make_config(train={"steps": 1}))
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(float("inf"))
+    with pytest.raises(TrainingError, match="not finite, so no checkpoint was written"):
+        trainer.save()
+    assert ckpt.list_checkpoints(trainer.output_dir) == []
+
+
+def test_unreadable_checkpoint_falls_back_to_the_previous_one(make_config, tmp_path, caplog):
+    out = tmp_path / "run"
+    _train_to(make_config, out, 3)
+    root = ckpt.checkpoint_dir(out)
+    state = root / "step_000003" / ckpt.STATE_FILE
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # a crash mid-copy, a full disk
+    weights = root / "step_000002" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    shutil.copytree(root / "step_000001", root / "step_latest")  # a stray folder: not a checkpoint
+    (root / "notes").mkdir()
+    with caplog.at_level(logging.INFO, logger="cascade_envs.trainer"):
+        trainer = GRPOTrainer(make_config(train={"steps": 4, "output_dir": str(out)}))
+    assert trainer.step == 1 and trainer.resumed_from == root / "step_000001"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(str(root / "step_000003") in w and "unreadable" in w for w in warnings), warnings
+    assert any(str(root / "step_000002") in w and "truncated" in w for w in warnings), warnings
+    assert f"resumed from step 1 ({root / 'step_000001'})" in caplog.text
+    assert [r["step"] for r in trainer.train()] == [1, 2, 3, 4]
+
+
+def test_no_readable_checkpoint_is_an_error_naming_them(make_config, tmp_path):
+    out = tmp_path / "run"
+    _train_to(make_config, out, 1)
+    (ckpt.checkpoint_dir(out) / "step_000001" / ckpt.STATE_FILE).write_bytes(b"")
+    with pytest.raises(ckpt.CheckpointError, match=r"step_000001.*train\.resume=false"):
+        GRPOTrainer(make_config(train={"steps": 2, "output_dir": str(out)}))
+
+
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.makedirs, (self.marker,))
+
+
+def test_a_checkpoint_cannot_run_code(make_config, tmp_path, caplog):
+    out, marker = tmp_path / "run", tmp_path / "code-ran"
+    _train_to(make_config, out, 2)
+    state_file = ckpt.checkpoint_dir(out) / "step_000002" / ckpt.STATE_FILE
+    state = torch.load(state_file, weights_only=True)
+    torch.save({**state, "extra": _RunsCode(str(marker))}, state_file)
+    with caplog.at_level(logging.WARNING, logger="cascade_envs.trainer"):
+        trainer = GRPOTrainer(make_config(train={"steps": 3, "output_dir": str(out)}))
+    assert not marker.exists()
+    assert trainer.step == 1 and "step_000002 is unreadable" in caplog.text
+
+
+def test_checkpoints_of_earlier_versions_still_resume(make_config, tmp_path):
+    """Their NumPy RNG state is a pickled array: allowed, as plain data, by ``weights_only``."""
+    out = tmp_path / "run"
+    _train_to(make_config, out, 1)
+    state_file = ckpt.checkpoint_dir(out) / "step_000001" / ckpt.STATE_FILE
+    state = torch.load(state_file, weights_only=True)
+    np.random.set_state(state["rng"]["numpy"])
+    torch.save({**state, "rng": {**state["rng"], "numpy": np.random.get_state()}}, state_file)
+    assert GRPOTrainer(make_config(train={"steps": 2, "output_dir": str(out)})).step == 1

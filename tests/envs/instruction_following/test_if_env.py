@@ -178,7 +178,9 @@ def test_huge_answer_is_refused_quickly(env):
     assert "over the 10" in score(small, ROW, "<<T>> long enough").reason
 
 
-def test_missing_resource_masks_the_reward(env, monkeypatch):
+def test_missing_resource_masks_the_reward(monkeypatch):
+    env = InstructionFollowingEnv(tasks=[], inline_chars=1000)  # in-process, where the patch applies
+
     def unavailable(_: str):
         raise text.ResourceUnavailable("punkt model not installed")
 
