@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-from functools import cache
 
 from .base import Launch, Sandbox, agent_source
 
@@ -39,14 +38,22 @@ def _root_args(exe: str) -> list[str]:
     return argv
 
 
+_WORKS: set[tuple[str, int | None]] = set()
+
+
 def _probe(uid: int | None) -> str | None:
+    """Why bwrap cannot run here; a success is remembered, a failure (maybe transient) is not."""
     exe = shutil.which("bwrap")
     if exe is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
-    return _probe_exe(exe, uid)
+    if (exe, uid) in _WORKS:
+        return None
+    reason = _probe_exe(exe, uid)
+    if reason is None:
+        _WORKS.add((exe, uid))
+    return reason
 
 
-@cache
 def _probe_exe(exe: str, uid: int | None) -> str | None:
     # every option the sessions use: an older bubblewrap that lacks one fails here, not at every session
     argv = [*_root_args(exe), "--proc", "/proc", "--dev", "/dev", "--size", "1048576", "--tmpfs", "/dev/shm",

@@ -23,15 +23,25 @@ import os
 import shutil
 import subprocess
 import tempfile
-from functools import cache
 
 from .base import Launch, Sandbox, agent_source
 
 log = logging.getLogger("cascade_envs.sandbox")
 
 
-@cache
+_PREFIXES: dict[tuple[int | None, bool], tuple[str, ...]] = {}
+_warned: list[bool] = []
+
+
 def _unshare_prefix(uid: int | None, network: bool) -> tuple[str, ...]:
+    """The ``unshare`` command line for a session, or ``()`` where namespaces do not work.
+
+    Once namespaces have worked they are always used (a later failure fails that session's start
+    instead of quietly running it without them); a failure is not remembered, so a transient one
+    (e.g. the uid briefly out of processes) does not downgrade every later session.
+    """
+    if (uid, network) in _PREFIXES:
+        return _PREFIXES[uid, network]
     exe = shutil.which("unshare")
     if exe is None:
         return ()
@@ -41,12 +51,16 @@ def _unshare_prefix(uid: int | None, network: bool) -> tuple[str, ...]:
     try:
         kwargs = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
         done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, **kwargs)
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    if done.returncode:
-        log.warning("local sandbox: namespaces unavailable (%s); using rlimits only", done.stderr.decode().strip())
-        return ()
-    return prefix
+        why = " ".join(done.stderr.decode(errors="replace").split()) if done.returncode else None
+    except (OSError, subprocess.SubprocessError) as exc:
+        why = str(exc)
+    if why is None:
+        _PREFIXES[uid, network] = prefix
+        return prefix
+    if not _warned:
+        _warned.append(True)
+        log.warning("local sandbox: namespaces unavailable (%s); using rlimits only", why)
+    return ()
 
 
 class LocalSandbox(Sandbox):

@@ -299,3 +299,58 @@ def test_one_env_serves_concurrent_episodes_with_one_judge_and_closes_its_client
 
 
 TASK_FOR_SHARING = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1\n"], "outputs": ["1\n"]}}}
+
+
+# ----- a wrong answer stays a plain 0: nothing the program does masks it --------------------------
+
+FLOAT_TASK = row(["\n"], ["0.5\n"], float_tolerance=1e-6)
+FLOAT_FN = row(["1"], ["0.5"], fn_name="half", float_tolerance=1e-6)
+MARKER = "\\x1e__cascade_result__\\x1e"
+
+
+def plain_zero(reward):
+    return reward.value == 0 and not reward.masked and reward.error is None
+
+
+@pytest.mark.parametrize("printed", ["1e999999999", "-1e999999999", "1e-999999999", "1e99999999999999999999",
+                                     "9" * 5000, "0.5e999999999"])
+def test_numbers_beyond_any_range_are_wrong_answers(env, printed):
+    reward = score(env, FLOAT_TASK, py(f"print({printed!r})"))
+    assert plain_zero(reward) and "wrong answer" in reward.reason, reward
+
+
+@pytest.mark.parametrize("result", [
+    "10 ** 4000",                                             # an int no float can hold
+    f"os.write(1, b'{MARKER}\\n' + b'[' * 100000 + b']' * 100000 + b'\\n') and os._exit(0)",  # nesting
+    f"os.write(1, b'{MARKER}\\n' + b'9' * 100000 + b'\\n') and os._exit(0)",  # an int too long to read
+])
+def test_function_results_that_cannot_be_compared_are_wrong_answers(env, result):
+    reward = score(env, FLOAT_FN, py(f"import os, sys\nsys.set_int_max_str_digits(0)\ndef half(x):\n    return {result}"))
+    assert plain_zero(reward) and ("wrong answer" in reward.reason or "JSON" in reward.reason), reward
+
+
+KILL_THE_AGENT = {
+    "kill -9 parent": "os.kill(os.getppid(), 9)",
+    "killpg parent": "os.killpg(os.getpgid(os.getppid()), 9)",
+    "SIGINT parent": "os.kill(os.getppid(), signal.SIGINT)",
+}
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "local", "unsafe-subprocess"])
+@pytest.mark.parametrize("how", sorted(KILL_THE_AGENT))
+def test_killing_the_sandbox_agent_is_a_plain_zero(backend, how):
+    env = CodeEnv(tasks=[SUM], sandbox=backend, time_limit_s=2)
+    code = f"import os, signal\ntry:\n    {KILL_THE_AGENT[how]}\nexcept OSError:\n    pass\nprint(0)"
+    reward = score(env, SUM, py(code))
+    assert plain_zero(reward), reward
+
+
+def test_without_bubblewrap_the_env_refuses_up_front_with_one_line(monkeypatch, tmp_path):
+    from cascade_envs.sandbox import SandboxError
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # bubblewrap missing, as after a plain `pip install`
+    with pytest.raises(SandboxError) as info:
+        CodeEnv(tasks=[SUM])
+    assert "\n" not in str(info.value) and "bubblewrap" in str(info.value) and "'local'" in str(info.value)
+    named = CodeEnv(tasks=[SUM], sandbox="local", time_limit_s=2)  # a weaker backend, named: allowed
+    assert score(named, SUM, py("a, b = map(int, input().split())\nprint(a + b)")).value == 1
