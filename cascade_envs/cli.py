@@ -154,8 +154,11 @@ def cmd_serve_sandbox(args: argparse.Namespace) -> int:
     import importlib
 
     service = importlib.import_module(SANDBOX_SERVICE_MODULE)
+    limits = {"max_body_mb": args.max_body_mb, "idle_timeout_s": args.idle_timeout,
+              "request_timeout_s": args.request_timeout}
     service.serve_sandbox(
-        host=args.host, port=args.port, workers=args.workers, backend=args.backend, max_queue=args.max_queue
+        host=args.host, port=args.port, workers=args.workers, backend=args.backend, max_queue=args.max_queue,
+        **{k: v for k, v in limits.items() if v is not None},  # None: the service's own default
     )
     return 0
 
@@ -207,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="concurrent verifications (default: one per core)")
     p.add_argument("--max-queue", type=int, default=None, help="queued requests before answering 429 (default: 64 per worker)")
     p.add_argument("--backend", default=None, help="sandbox backend (default: bwrap where present)")
+    p.add_argument("--max-body-mb", type=float, help="request body limit; 413 past it (default 8)")
+    p.add_argument("--idle-timeout", type=float, metavar="S", help="close connections silent this long (default 30)")
+    p.add_argument("--request-timeout", type=float, metavar="S",
+                   help="408 for a request not fully received in time (default 60)")
     p.set_defaults(fn=cmd_serve_sandbox)
     return parser
 

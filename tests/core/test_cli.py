@@ -99,8 +99,9 @@ def test_serve_sandbox_finds_the_code_env_service(monkeypatch):
     service = importlib.import_module(cli.SANDBOX_SERVICE_MODULE)
     seen = {}
     monkeypatch.setattr(service, "serve_sandbox", lambda **kw: seen.update(kw))
-    assert main(["serve-sandbox", "--port", "0", "--workers", "3", "--max-queue", "5"]) == 0
-    assert seen == {"host": "127.0.0.1", "port": 0, "workers": 3, "backend": None, "max_queue": 5}
+    assert main(["serve-sandbox", "--port", "0", "--workers", "3", "--max-queue", "5", "--max-body-mb", "2"]) == 0
+    assert seen == {"host": "127.0.0.1", "port": 0, "workers": 3, "backend": None, "max_queue": 5,
+                    "max_body_mb": 2.0}
 
 
 def test_eval_exits_nonzero_when_every_episode_failed(tmp_path, capsys):

@@ -30,10 +30,12 @@ def test_builtin_backends_are_registered_through_the_plugin_hook():
         assert sandboxes.get(name).plugin == "cascade_envs.sandbox.plugin"
 
 
-def test_default_backend_isolates_and_never_is_unsafe():
-    assert default_backend() in ("bwrap", "local")
-    assert get_sandbox().name == default_backend()
-    assert "unsafe-subprocess" not in (default_backend(),)
+def test_default_backend_is_bwrap_or_a_refusal_never_a_weaker_one():
+    if available_backends()["bwrap"] is None:
+        assert default_backend() == "bwrap" and get_sandbox().name == "bwrap"
+    else:
+        with pytest.raises(SandboxError, match="install bubblewrap"):
+            get_sandbox()
 
 
 def test_unknown_backend_is_a_clear_error():
