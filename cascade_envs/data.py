@@ -121,7 +121,7 @@ class TaskSource(Sequence[Task]):
     def __len__(self) -> int:
         return len(self.tasks)
 
-    def __getitem__(self, index: int) -> Task:  # type: ignore[override]
+    def __getitem__(self, index: int) -> Task:  # type: ignore[override]  # int indexes only, no slices
         return self.tasks[index]
 
     def sample(self, rng: np.random.Generator) -> Task:

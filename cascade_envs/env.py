@@ -47,7 +47,7 @@ class Env(gymnasium.Env[list, str]):
     in ``info["reward"]`` (``None`` for a group-scored env, whose reward needs the whole group).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium.Env declares it so, not ClassVar
     default_tasks: ClassVar[str | None] = None
     """Task file used when none is given, e.g. ``"bundled:mcqa/samples.jsonl"``."""
     max_turns: int = 1
@@ -318,10 +318,10 @@ class Env(gymnasium.Env[list, str]):
         """Release the run-wide resources (clients, pools); subclasses extend it and call ``super``."""
         await self._end_current()
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         return run_sync(self.areset(seed=seed, options=options))
 
-    def step(self, action: str | Completion):  # type: ignore[override]
+    def step(self, action: str | Completion):
         return run_sync(self.astep(action))
 
     def close(self) -> None:

@@ -94,6 +94,13 @@ def test_wheel_holds_every_data_file(wheel: zipfile.ZipFile) -> None:
         assert wheel.read(member) == path.read_bytes(), member
 
 
+def test_wheel_is_marked_typed(wheel: zipfile.ZipFile) -> None:
+    """PEP 561: the py.typed marker (named in package-data) ships at the top of the import package,
+    so type checkers use the inline annotations of cascade_envs and all its subpackages."""
+    assert (ROOT / "cascade_envs" / "py.typed").is_file()
+    assert "cascade_envs/py.typed" in wheel.namelist()
+
+
 def test_wheel_metadata_matches_pyproject(wheel: zipfile.ZipFile) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     meta = Parser().parsestr(dist_info(wheel, "METADATA"))

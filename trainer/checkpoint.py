@@ -140,7 +140,7 @@ def check_weights(path: str | Path) -> None:
 
 def _numpy_globals() -> list[Any]:
     """What a NumPy RNG state pickled by earlier versions of this trainer needs: arrays and dtypes only."""
-    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or np.core.multiarray
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or getattr(np, "core").multiarray  # noqa: B009 - NumPy < 2 has no _core
     return [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 

@@ -230,7 +230,9 @@ class GRPOTrainer:
             inputs = LossInputs(logp, mb.response_mask, mb.advantages, float(n_tokens), len(batch.sequences))
             if "reference" in sources:
                 with torch.no_grad():
-                    inputs.reference_logp = token_logprobs(self._logits(self.ref_model, mb, temperature), mb.response_ids)
+                    reference = token_logprobs(self._logits(self.ref_model, mb, temperature), mb.response_ids)
+                    assert isinstance(reference, torch.Tensor)
+                    inputs.reference_logp = reference
             if "inference" in sources:
                 inputs.inference_logp = mb.inference_logp
             loss, part_metrics = self.strategy.loss(inputs)

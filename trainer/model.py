@@ -74,7 +74,11 @@ def load_model(config: ModelConfig, path: str | Path | None = None) -> tuple[Any
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    # as the nn.Module it is: transformers declares PreTrainedModel.to through functools.wraps, which
+    # a type checker cannot bind as a method (the call still runs PreTrainedModel.to, which returns model)
+    module: torch.nn.Module = model
+    module.to(device)
     checkpointing = config.gradient_checkpointing
     if checkpointing == "auto":
         checkpointing = device.type == "cuda"

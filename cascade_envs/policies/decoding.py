@@ -65,7 +65,7 @@ class _RowSampler(LogitsProcessor):
             self.generators.append(g)
         self.logprobs: list[torch.Tensor] = []
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(scores.float() / self.scale, dim=-1)
         chosen = logp.argmax(dim=-1)
         if self.sample_rows:
@@ -96,7 +96,7 @@ class _RowStops(StoppingCriteria):
         # Enough trailing tokens to hold the longest stop string even if some tokens decode to "".
         self.window = [2 * max((len(s) for s in r.stop), default=0) + 8 for r in requests]
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.Tensor:
         n = input_ids.shape[1] - self.prompt_len
         last = input_ids[:, -1].tolist()
         for i, r in enumerate(self.requests):

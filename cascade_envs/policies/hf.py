@@ -61,26 +61,27 @@ class HFPolicy:
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        loaded: PreTrainedModel
         if isinstance(model, (str, Path)):
             source = str(model)
-            model = _load(AutoModelForCausalLM, source, dtype=dtype or "auto")
-            model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            loaded = _load(AutoModelForCausalLM, source, dtype=dtype or "auto")
+            _module(loaded).to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
             tokenizer = tokenizer if tokenizer is not None else source
         else:
-            if isinstance(dtype, str):
-                dtype = getattr(torch, dtype)
-            if dtype is not None or device is not None:
-                model.to(device=device, dtype=dtype)
+            loaded = model
+            torch_dtype: torch.dtype | None = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+            if torch_dtype is not None or device is not None:
+                _module(loaded).to(device=device, dtype=torch_dtype)
             if tokenizer is None:
-                tokenizer = getattr(model, "name_or_path", None)
+                tokenizer = getattr(loaded, "name_or_path", None)
                 if not tokenizer:
                     raise CascadeError("HFPolicy needs tokenizer= when the model has no name_or_path")
         if isinstance(tokenizer, (str, Path)):
             tokenizer = _load(AutoTokenizer, str(tokenizer))
-        self.model: PreTrainedModel = model
+        self.model: PreTrainedModel = loaded
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
-        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.eos_token_ids = _eos_ids(loaded, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id: int = pad if pad is not None else min(self.eos_token_ids, default=0)
         self._model_lock = threading.Lock()
@@ -213,7 +214,7 @@ class HFPolicy:
                         results[i] = out
             finally:
                 self.model.train(was_training)
-        return results  # type: ignore[return-value]
+        return results  # type: ignore[return-value]  # every slot was filled by the loop above
 
     # -- async Policy protocol -------------------------------------------------------------------
 
@@ -295,6 +296,13 @@ def _load(auto_class: Any, source: str, **kwargs: Any) -> Any:
         raise CascadeError(
             f"cannot load {auto_class.__name__} from {source!r} (local files only): {first}"
         ) from exc
+
+
+def _module(model: PreTrainedModel) -> torch.nn.Module:
+    """``model``, typed as the ``nn.Module`` it is, for calling ``.to``: transformers declares
+    ``PreTrainedModel.to`` through ``functools.wraps``, which a type checker cannot bind as a
+    method. The call still runs ``PreTrainedModel.to``."""
+    return model
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: Any) -> set[int]:

@@ -20,9 +20,10 @@ command, cannot be killed from inside, and its exit takes the whole namespace wi
 ``<options>`` (comma-separated, from the backend) say what else the agent owns:
 
 - ``account=/a:/b``: mount points private to this sandbox and held in RAM (tmpfs). What a command
-  writes there, with the System V shared memory and message queues it creates (``ipc``) and its main
-  process's resident memory, counts against its ``memory_mb``: over it, the command is killed and
-  reported as ``"memory"`` (checked every few milliseconds while it runs, and when it ends).
+  writes there, with the System V objects it creates (``ipc``) and the resident memory of all its
+  processes (as PID 1; else of its main process), counts against its ``memory_mb``: over it, the
+  command is killed and reported as ``"memory"`` (checked every 20 ms while it runs, and when it
+  ends, on top of each process's own ``RLIMIT_AS`` of ``memory_mb``).
 - ``ipc``: the sandbox has its own IPC namespace: System V objects are removed after each command,
   like leftover processes.
 - ``dropcaps``: drop every capability for good before serving (``unshare --map-root-user`` makes the
@@ -137,20 +138,38 @@ def _ram_bytes():
     return total
 
 
+def _read(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = b""
+        while True:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                return data
+            data += chunk
+    finally:
+        os.close(fd)
+
+
+SEM_BYTES = 64
+"""Kernel memory per System V semaphore (a cache line): 32000 sets of 32000 would pin gigabytes."""
+
+
 def _ipc(remove):
-    """Bytes held by System V shared memory and message queues; with ``remove``, delete every object."""
+    """Bytes held by System V shared memory, message queues and semaphores; with ``remove``, delete them all."""
     total = 0
-    for kind, size_fields in (("shm", (14, 15)), ("msg", (3,)), ("sem", ())):
+    for kind, size_field, unit in (("shm", 14, 1), ("msg", 3, 1), ("sem", 3, SEM_BYTES)):
         try:
-            with open("/proc/sysvipc/" + kind, "rb") as fh:
-                lines = fh.read().split(b"\n")[1:]
+            lines = _read("/proc/sysvipc/" + kind).split(b"\n")[1:]
         except OSError:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) < 4:
+            if len(fields) <= size_field:
                 continue
-            total += sum(int(fields[i]) for i in size_fields if i < len(fields))
+            total += int(fields[size_field]) * unit
+            if kind == "shm" and len(fields) > 15:
+                total += int(fields[15])  # swapped out: still held
             if remove:
                 ident = int(fields[1])
                 libc = _libc()
@@ -164,11 +183,15 @@ def _ipc(remove):
 
 
 def _rss(pid):
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * PAGE
-    except (OSError, ValueError, IndexError):
-        return 0
+    """Resident memory of ``pid``; as PID 1, of every process in the sandbox but us (the whole command)."""
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and p != "1"] if os.getpid() == 1 else [pid]
+    total = 0
+    for each in pids:
+        try:  # noqa: SIM105
+            total += int(_read(f"/proc/{each}/statm").split()[1]) * PAGE
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
 
 
 def _killpg(pgid):

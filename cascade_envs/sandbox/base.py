@@ -292,9 +292,12 @@ class Session:
 class Sandbox(ABC):
     """A sandbox backend. Subclasses implement ``_launch``; ``arun``/``asession`` come from here.
 
-    Defaults (per command unless overridden): ``timeout_s``, ``memory_mb`` (address-space limit),
-    ``output_limit_mb`` (stdout and stderr each), ``file_mb`` (largest file a command may write),
-    ``nproc`` (processes per sandbox, where the backend can enforce it).
+    Defaults (per command unless overridden): ``timeout_s``, ``memory_mb`` (the address space of each
+    process; where the agent is PID 1 with RAM-backed mounts of its own (bwrap) or its own IPC
+    namespace (local with namespaces), also the command's total: the resident memory of all its
+    processes plus what it leaves in those mounts and in System V objects), ``output_limit_mb``
+    (stdout and stderr each), ``file_mb`` (largest file a command may write), ``nproc`` (processes
+    per sandbox, where the backend can enforce it).
     """
 
     name: ClassVar[str] = ""

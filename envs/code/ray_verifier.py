@@ -45,7 +45,7 @@ class RayVerifier:
         actor_class = ray.remote(JudgeActor).options(**options)
         settings = asdict(config or JudgeConfig())
         settings["max_concurrency"] = 1
-        self.actors = [actor_class.remote(sandbox, settings) for _ in range(self.num_actors)]
+        self.actors: list[Any] = [actor_class.remote(sandbox, settings) for _ in range(self.num_actors)]
         self.load = [0] * self.num_actors
 
     async def verify(self, task: dict[str, Any], answer: str) -> Reward:

@@ -179,7 +179,8 @@ def _graph(rng: random.Random, n: int, m: int, w: int) -> str:
 def _brackets(rng: random.Random, n: int, balanced: bool) -> str:
     if not balanced:
         return "".join(rng.choice("()[]{}") for _ in range(n))
-    out, stack = [], []
+    out: list[str] = []
+    stack: list[str] = []
     for _ in range(n):
         if stack and (rng.random() < 0.5 or len(stack) > n // 2):
             out.append(")]}"["([{".index(stack.pop())])

@@ -334,8 +334,10 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         if writer.can_write_eof():
             writer.write_eof()
         end = time.monotonic() + LINGER_S
-        while (left := end - time.monotonic()) > 0 and await asyncio.wait_for(reader.read(1 << 16), left):
-            pass
+        while (left := end - time.monotonic()) > 0:
+            chunk: bytes = await asyncio.wait_for(reader.read(1 << 16), left)
+            if not chunk:
+                break
 
 
 async def _serve_connection(service: VerifyService, reader: asyncio.StreamReader,

@@ -1,11 +1,13 @@
 """The 25 instructions of Google's IFEval (Zhou et al., 2023), as the IFEval and IF-RLVR data use them.
 
-Each checker follows the published verdicts of the reference implementation, with three
+Each checker follows the published verdicts of the reference implementation, with four
 deliberate differences, all on inputs where the reference misbehaves: keywords, postscript
 markers and section markers are matched literally (the reference compiles them as regexes, so a
 keyword such as ``C++`` crashes it); counts that the reference finds with backtracking regexes
 are computed by linear scans with the same result, so a megabyte of output is checked in bounded
-time; and JSON nested too deeply to parse is not JSON rather than a crash.
+time; JSON nested too deeply to parse is not JSON rather than a crash; and a
+``letter_frequency`` letter outside a-z (``#``, ``!``) is counted as given, where the reference
+counts a random letter.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import re
 from typing import Annotated, Any
 
-from .registry import at_least, instruction
+from .registry import at_least, instruction, log
 from .text import (
     Relation,
     compare,
@@ -38,10 +40,25 @@ def _language(code: str) -> str:
     return code
 
 
+_tolerated: set[str] = set()
+
+
 def _letter(letter: str) -> str:
+    """One character, lower-cased (the count is case-insensitive).
+
+    Letters a-z are what IFEval describes; any other single visible character is accepted too and
+    counted literally, with a warning once per character: public IFEval rows ask for ``#`` (key
+    1122, "at least 4 hashtags") and ``!`` (key 1129). Google's reference accepts those rows but
+    replaces such a character with a random letter on every check, a verdict nobody can reproduce;
+    counting the character the prompt names is what the row means.
+    """
     letter = letter.strip().lower()
-    if len(letter) != 1 or not "a" <= letter <= "z":
-        raise ValueError(f"must be a single letter a-z, got {letter!r}")
+    if len(letter) != 1:
+        raise ValueError(f"must be a single character, got {letter!r}")
+    if not "a" <= letter <= "z" and letter not in _tolerated:
+        _tolerated.add(letter)
+        log.warning("keywords:letter_frequency: letter %r is not a-z; counted literally (Google's IFEval "
+                    "would count a random letter instead)", letter)
     return letter
 
 

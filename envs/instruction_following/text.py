@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from typing import Any, Literal
 
 Relation = Literal["less than", "at least"]
@@ -27,7 +28,9 @@ def compare(actual: float, relation: str, threshold: float) -> bool:
 
 
 def is_blank(text: str) -> bool:
-    return not text.strip()
+    """True when ``text`` has no visible character: only whitespace, control and format characters
+    (zero-width space, joiners, BOM, direction marks), which carry no answer."""
+    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
 
 
 # ----- rule-based sentence splitter (the one IFEval's checkers use) ----------------------------

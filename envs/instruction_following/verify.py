@@ -9,6 +9,7 @@ import contextlib
 from typing import Any
 
 from .registry import get_instruction, load_families
+from .text import is_blank
 
 load_families()
 
@@ -28,8 +29,13 @@ def response_variants(response: str, strict: bool) -> list[str]:
 
 
 def follow_checks(checks: list[dict[str, Any]], answer: str, strict: bool) -> list[bool]:
-    """Whether ``answer`` follows each ``{"id", "kwargs"}`` check (any variant passing, when loose)."""
-    variants = [v for v in response_variants(answer, strict) if v.strip()]
+    """Whether ``answer`` follows each ``{"id", "kwargs"}`` check (any variant passing, when loose).
+
+    A blank answer (or loose variant) follows nothing, as in IFEval: a reply with no visible
+    character (whitespace, zero-width and other format characters only) would otherwise satisfy
+    "no commas", "fewer than N words" and the like without saying anything.
+    """
+    variants = [v for v in response_variants(answer, strict) if not is_blank(v)]
     results = []
     for check in checks:
         checker = get_instruction(check["id"]).check

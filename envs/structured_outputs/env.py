@@ -8,10 +8,22 @@ Rows use the NeMo Gym ``structured_outputs`` layout: ``schema_str`` (a JSON sche
   tool parser), named ``tool_name`` when the row gives one; its arguments, or the value under
   ``tool_payload_key``, are the document.
 
-Reward 1 when the document validates, else 0 with ``components["error_type"]`` (``parse_error``,
-``validation_error``, ``missing_tool_call``, ...) and ``components["errors"]`` (messages with
-JSON paths). A schema that is not valid JSON or not a valid JSON schema fails at load with a
-``TaskError`` naming ``schema_str``.
+Reward 1 when the document validates and carries a value, else 0 with
+``components["error_type"]`` (``parse_error``, ``validation_error``, ``empty_document``,
+``missing_tool_call``, ...) and ``components["errors"]`` (messages with JSON paths).
+
+A reply that contains no answer never scores 1, in any format: the validated document must carry
+at least one number, boolean or non-blank string (``verify.py``). So ``null``, ``{}``, ``[]``, a
+TOML or YAML reply that is only a comment, a CSV reply that is only a header line (any one-line
+reply: ``csv.DictReader`` reads it as the header of zero rows), an XML root with empty children,
+and skeletons of blank fields all score 0 with ``empty_document``. A CSV must have a header
+naming each column of the schema's items once, then at least one data row. Typeless schemas that
+declare ``properties`` are read as objects (``schema.py``), so a bare sentence (a YAML string)
+does not validate against them.
+
+A schema that is not valid JSON or not a valid JSON schema fails at load with a ``TaskError``
+naming ``schema_str``; so does one under which only an empty document validates (e.g.
+``{"type": "object", "properties": {}}``), since no answer to it could score.
 
 Limits: parsing and validation run in the env's ``VerifierPool`` (worker processes, started on
 first use, closed by ``aclose``) with a hard ``timeout_s`` per answer; answers over
@@ -40,7 +52,7 @@ from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
 from cascade_envs.workers import WorkerError
 
 from .formats import PARSERS, XML_MISSING, format_available
-from .schema import SchemaProblem, costly_to_validate, schema_text, strict_validator
+from .schema import SchemaProblem, admits_only_empty, costly_to_validate, schema_text, strict_validator
 from .verify import check_document, check_text
 
 RESPONSE_MODES = ("text", "tool_call")
@@ -86,9 +98,12 @@ class StructuredOutputEnv(Env):
     def load_task(self, row: dict[str, Any]) -> Task:
         task = super().load_task(row)
         try:
-            strict_validator(schema_text(row.get("schema_str")))
+            validator = strict_validator(schema_text(row.get("schema_str")))
         except SchemaProblem as exc:
             raise TaskError(str(exc), "schema_str") from exc
+        if admits_only_empty(validator.schema):
+            raise TaskError("only an empty document (null, {}, [], blank strings) validates against this schema, "
+                            "and an empty document is not an answer", "schema_str")
         schema_type = row.get("schema_type", "json")
         if not isinstance(schema_type, str) or schema_type.lower() not in PARSERS:
             raise TaskError(f"unsupported format {schema_type!r:.40}; supported: {sorted(PARSERS)}", "schema_type")

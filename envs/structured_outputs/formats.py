@@ -3,8 +3,10 @@
 Parsing is as literal as upstream NeMo Gym's: a reply wrapped in a markdown code fence does not
 parse unless the env is built with ``allow_code_fence=True``. YAML is read with the safe loader
 and *without* anchors/aliases (an alias bomb would otherwise make validation exponential). XML is
-read by ``xmltodict`` (entities disabled), so the schema describes the root element too. CSV cells
-and XML leaves are strings; ``coerce`` converts them to the types the schema declares.
+read by ``xmltodict`` (entities disabled), so the schema describes the root element too. CSV is
+read by ``csv.DictReader``: the first line is the header, each later non-blank line a row; a header
+naming a column twice or a row with more cells than columns is a parse error. CSV cells and XML
+leaves are strings; ``coerce`` converts them to the types the schema declares.
 """
 
 from __future__ import annotations
@@ -50,7 +52,23 @@ def _yaml(text: str) -> Any:
 
 
 def _csv(text: str) -> Any:
-    return list(csv.DictReader(io.StringIO(text)))
+    """Rows as ``{column: cell}`` (``csv.DictReader``, as upstream), with two ambiguities refused:
+    a header that names a column twice (DictReader would keep only the last cell) and a row with
+    more cells than the header has columns. A row with fewer cells gets ``None`` for the rest."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = reader.fieldnames or []
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise ParseError(f"the header names column {name[:100]!r} twice")
+        seen.add(name)
+    rows = []
+    for row in reader:
+        if None in row:
+            raise ParseError(f"line {reader.line_num}: {len(header) + len(row[None])} cells, "
+                             f"the header has {len(header)} columns")
+        rows.append(row)
+    return rows
 
 
 def _xml(text: str) -> Any:

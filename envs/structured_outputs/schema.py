@@ -4,7 +4,16 @@
 that happens to be *named* ``properties`` is left alone) and the branches of ``anyOf``/``oneOf``/
 ``allOf``/``prefixItems`` are made strict too, as OpenAI's strict mode does. (Upstream NeMo Gym
 only recurses through mappings, so branches inside lists stay lenient there; see the tests.)
-An object schema with no ``properties`` stays as it is.
+An object schema with no ``properties`` stays as it is. A schema that declares ``properties``
+(or ``items``/``prefixItems``) but no ``type`` (nor ``enum``, ``const``, ``$ref`` or a
+combinator) is typed ``object`` (``array``): in plain JSON Schema those keywords only constrain
+values of that kind, so any string or number would validate, e.g. a YAML reply that is one
+sentence. Strict mode means the described structure, and upstream NeMo Gym (which leaves them
+untyped) differs here.
+
+``admits_only_empty`` finds schemas under which only an empty document validates (``null``,
+``{}``, ``[]``, blank strings): the env rejects such rows at load, since an empty document never
+scores (see ``verify.py``).
 
 Validation follows JSON Schema draft 2020-12 (or the schema's own ``$schema``), with no format
 assertions and no remote ``$ref`` retrieval. Compiled validators are cached by schema text.
@@ -14,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import unicodedata
 from typing import Any
 
 from jsonschema import Draft202012Validator, SchemaError
@@ -28,6 +38,8 @@ SCHEMA_ONES = (
     "unevaluatedItems", "unevaluatedProperties", "additionalProperties",
 )  # fmt: skip
 MAX_REPORTED_ERRORS = 5
+_IMPLIED_TYPES = (("properties", "object"), ("items", "array"), ("prefixItems", "array"))
+_TYPE_GIVEN = ("type", "enum", "const", "$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if")
 
 
 class SchemaProblem(ValueError):
@@ -50,7 +62,77 @@ def strictify(schema: Any) -> Any:
     if isinstance(out.get("properties"), dict):
         out["required"] = list(out["properties"])
         out["additionalProperties"] = False
+    if not any(key in out for key in _TYPE_GIVEN):
+        implied = next((kind for key, kind in _IMPLIED_TYPES if isinstance(out.get(key), (dict, list))), None)
+        if implied:
+            out["type"] = implied
     return out
+
+
+def has_value(document: Any) -> bool:
+    """Whether ``document`` carries at least one value: a number, a boolean or a non-blank string.
+
+    ``null``, blank strings (whitespace and invisible format characters only), and objects and
+    arrays holding nothing else carry none. Object keys are names, not values.
+    """
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+        elif isinstance(node, str):
+            if not is_blank(node):
+                return True
+        elif node is not None:
+            return True
+    return False
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` has no visible character (only whitespace, controls, format characters)."""
+    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
+
+
+def admits_only_empty(schema: Any, depth: int = 0) -> bool:
+    """True when no document that carries a value (``has_value``) can validate against the strict
+    ``schema``. Conservative: False whenever unsure (references, combinators, open objects)."""
+    if schema is False:
+        return True
+    if not isinstance(schema, dict) or depth > 64:
+        return False
+    if "const" in schema:
+        return not has_value(schema["const"])
+    if isinstance(schema.get("enum"), list):
+        return not any(has_value(v) for v in schema["enum"])
+    if any(key in schema for key in ("$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if", "patternProperties",
+                                         "prefixItems", "contains", "additionalItems", "unevaluatedProperties",
+                                         "unevaluatedItems")):
+        return False
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list) or not kinds:
+        return False
+    for kind in kinds:
+        if kind == "null":
+            continue
+        if kind == "object":
+            props = schema.get("properties")
+            if schema.get("additionalProperties") is not False or not isinstance(props, dict):
+                return False
+            if not all(admits_only_empty(sub, depth + 1) for sub in props.values()):
+                return False
+        elif kind == "array":
+            items = schema.get("items")
+            if schema.get("maxItems") != 0 and items is not False and not admits_only_empty(items, depth + 1):
+                return False
+        elif kind == "string":
+            if schema.get("maxLength") != 0:
+                return False
+        else:
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=2048)

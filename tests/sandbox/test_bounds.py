@@ -34,23 +34,46 @@ except OSError as exc:
 print(written >> 20, why)
 """.replace("LIMIT_MB", str(GB_AND_A_HALF))
 
-SYSV = """import ctypes
+SYSV = {
+    "shm": """import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
 libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
 libc.shmat.restype = ctypes.c_void_p
 libc.shmdt.argtypes = [ctypes.c_void_p]
-size, pinned = 32 << 20, 0
-while pinned < (LIMIT_MB << 20):
+size, held = 32 << 20, 0
+while held < (LIMIT_MB << 20):
     ident = libc.shmget(0, size, 0o1600)      # IPC_PRIVATE, IPC_CREAT | 0600
     address = libc.shmat(ident, None, 0) if ident >= 0 else None
     if address in (None, ctypes.c_void_p(-1).value):
         break
     ctypes.memset(address, 1, size)           # touch every page, then detach: the segment stays
     libc.shmdt(address)
-    pinned += size
-print(pinned >> 20)
-""".replace("LIMIT_MB", str(GB_AND_A_HALF))
+    held += size
+print(held >> 20)
+""",
+    "msg": """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+class Message(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 8192)]
+message, held = Message(1, b"x" * 8192), 0
+while held < (LIMIT_MB << 20):
+    queue = libc.msgget(0, 0o1600)
+    if queue < 0:
+        break
+    while libc.msgsnd(queue, ctypes.byref(message), 8192, 0o4000) == 0:  # IPC_NOWAIT: till the queue is full
+        held += 8192
+print(held >> 20)
+""",
+    "sem": """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+held = 0
+while held < (LIMIT_MB << 20) and libc.semget(0, 32000, 0o1600) >= 0:  # 32000 semaphores a set
+    held += 32000 * 64
+print(held >> 20)
+""",
+}
+SYSV = {kind: source.replace("LIMIT_MB", str(GB_AND_A_HALF)) for kind, source in SYSV.items()}
 
 
 def shmem_mb() -> float:
@@ -118,15 +141,30 @@ def test_what_a_command_writes_counts_against_its_memory_limit():
     assert after.ok and after.stdout == b"42\n"
 
 
-def test_system_v_shared_memory_is_counted_and_removed_after_each_command():
+def test_memory_limit_bounds_all_of_a_commands_processes_together(sandbox):
+    """Eight processes of 100 MB each, every one under its own 256 MB address-space limit."""
+    if sandbox.name == "local" and not sandbox.namespaces:
+        pytest.skip("needs the agent to be PID 1")
+    forks = ("import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n"
+             "        block = b'x' * (100 << 20)\n        time.sleep(3)\n        os._exit(0)\n"
+             "time.sleep(2)\nprint('all resident')")
+    start = time.monotonic()
+    res = sandbox.run([PY, "forks.py"], files={"forks.py": forks}, timeout_s=10)  # memory_mb=256
+    assert res.killed_by == "memory" and b"all resident" not in res.stdout, res
+    assert time.monotonic() - start < 2
+
+
+@pytest.mark.parametrize("kind", sorted(SYSV))
+def test_system_v_objects_are_counted_and_removed_after_each_command(kind):
+    """Shared memory segments, message queues, semaphore sets outlive their process: not past the command."""
     sb = backend_or_skip("bwrap", memory_mb=256, timeout_s=30)
     before = shmem_mb()
 
     async def go():
-        async with await sb.asession(files={"sysv.py": SYSV}) as s:
+        async with await sb.asession(files={"sysv.py": SYSV[kind]}) as s:
             res = await s.arun([PY, "sysv.py"])
             grown = shmem_mb() - before
-            left = await s.arun(["cat", "/proc/sysvipc/shm"])
+            left = await s.arun(["cat", f"/proc/sysvipc/{kind}"])
             return res, grown, left
 
     res, grown, left = asyncio.run(go())
