@@ -12,12 +12,18 @@ and its method called. Optional extras, all under ``verifier_metadata``:
 - ``time_limit_s`` / ``memory_mb`` per test, ``total_time_s`` per response;
 - ``float_tolerance`` (absolute or relative) for numeric comparison;
 - ``languages``: the languages accepted (default: Python and C++).
+
+Each limit must be a finite number in its range (``LIMITS``): ``time_limit_s`` 0.01-3600 CPU
+seconds, ``total_time_s`` 0.01-86400 s, ``memory_mb`` a whole number 16-1048576 MiB,
+``float_tolerance`` from 0 (exact) to under 1; otherwise the row is refused with a ``TaskError``
+naming the field.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -62,20 +68,42 @@ def _unit_tests(meta: dict[str, Any]) -> dict[str, Any]:
         raise TaskError("expected an object with 'inputs' and 'outputs'", "verifier_metadata.unit_tests")
     if "packed" in tests:
         try:
-            unpacked = json.loads(zlib.decompress(base64.b64decode(tests["packed"])))
+            unpacked = json.loads(_inflate(base64.b64decode(tests["packed"])))
         except Exception as exc:
             raise TaskError(f"cannot unpack: {exc}", "verifier_metadata.unit_tests.packed") from exc
         tests = {**unpacked, "fn_name": tests.get("fn_name", unpacked.get("fn_name"))}
     return tests
 
 
-def _number(meta: dict[str, Any], name: str, kind: type = float) -> Any:
+LIMITS: dict[str, tuple[float, float, str]] = {
+    "time_limit_s": (0.01, 3600.0, "CPU seconds per test"),
+    "total_time_s": (0.01, 86400.0, "seconds per response"),
+    "memory_mb": (16, 1 << 20, "MiB per test, a whole number"),
+    "float_tolerance": (0.0, 1.0, "absolute or relative; 0 is exact, under 1"),
+}
+"""Accepted range ``(low, high, unit)`` of each task limit, ``low <= value <= high`` (a
+``float_tolerance`` of 1 or more is refused: relative to the expected value, it would accept 0 for
+every answer). Out of range or not finite, the row is refused at load: a NaN time limit used to
+report every answer as "did not answer in time", ``memory_mb: 1e30`` could not be set as a
+process limit and scored every answer a plain 0, and a NaN tolerance broke the comparison."""
+
+
+def _limit(meta: dict[str, Any], name: str) -> Any:
     value = meta.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise TaskError("expected a positive number", f"verifier_metadata.{name}")
-    return kind(value)
+    low, high, unit = LIMITS[name]
+    field = f"verifier_metadata.{name}"
+    whole = name == "memory_mb"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TaskError(f"expected a finite number ({unit}), got {value!r:.40}", field)
+    if whole and value != int(value):
+        raise TaskError(f"expected a whole number of MiB, got {value!r}", field)
+    too_high = value >= high if name == "float_tolerance" else value > high
+    if value < low or too_high:
+        upper = f"under {high:g}" if name == "float_tolerance" else f"at most {high:g}"
+        raise TaskError(f"{value!r:.40} is out of range: at least {low:g} and {upper} ({unit})", field)
+    return int(value) if whole else float(value)
 
 
 def parse_code_task(row: dict[str, Any]) -> CodeTask:
@@ -120,9 +148,22 @@ def parse_code_task(row: dict[str, Any]) -> CodeTask:
         outputs=tuple(outputs),
         fn_name=fn_name,
         checker=checker,
-        time_limit_s=_number(meta, "time_limit_s"),
-        memory_mb=_number(meta, "memory_mb", int),
-        total_time_s=_number(meta, "total_time_s"),
-        float_tolerance=_number(meta, "float_tolerance"),
+        time_limit_s=_limit(meta, "time_limit_s"),
+        memory_mb=_limit(meta, "memory_mb"),
+        total_time_s=_limit(meta, "total_time_s"),
+        float_tolerance=_limit(meta, "float_tolerance") or None,
         languages=tuple(("python",) if fn_name else languages),
     )
+
+
+MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+"""Largest test set a ``packed`` field may expand to (a zip bomb is a row error, not an OOM)."""
+
+
+def _inflate(data: bytes) -> bytes:
+    """zlib-decompress ``data``, refusing output past ``MAX_UNPACKED_BYTES``."""
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, MAX_UNPACKED_BYTES)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"the packed tests expand past {MAX_UNPACKED_BYTES // 2**20} MiB")
+    return out + inflater.flush()

@@ -10,8 +10,9 @@ Scoring follows IFEval: an empty answer follows no instruction, and neither does
 whitespace-only or think-only one or one of invisible format characters (zero-width spaces): a
 reply with nothing visible never scores, whatever "no commas" or "lowercase" say. ``strict``
 checks the answer as it is, loose (``strict=False``) accepts an instruction when any of the
-eight standard variants passes (first line, last line or both removed; asterisks stripped). The reward is 1 when every
-instruction is followed (``binary``, as in IF-RL) or the fraction followed (``fraction``).
+eight standard variants passes (first line, last line or both removed; asterisks stripped). The
+reward is 1 when every instruction is followed (``binary``, as in IF-RL) or the fraction followed
+(``fraction``).
 
 Limits: the checks run in the env's ``VerifierPool`` (worker processes, started on first use,
 kept warm, closed by ``aclose``) under a hard ``timeout_s`` per answer, so no answer can stall

@@ -4,6 +4,13 @@ Rows use the NeMo Gym ``mcqa`` layout: ``responses_create_params.input`` (the pr
 (a list of ``{letter: text}``), ``expected_answer`` (the gold letter), ``grading_mode`` and
 optionally ``template_metadata.output_regex``. See ``grading.py`` for what each mode accepts.
 
+Rows load as NeMo Gym reads them, with a warning logged once per distinct problem: a pattern of
+``output_regex`` that does not compile is dropped (an empty list of patterns is no regex), and the
+row's other patterns, then its ``grading_mode``, decide; a row with a usable ``output_regex`` may
+have no options (missing, empty or all null), its ``expected_answer`` then being a single letter
+that the regex's capture must equal. Rejected (``TaskError``): a row that no answer could win, i.e.
+one with neither options nor a usable regex, or whose ``expected_answer`` is not an option letter.
+
 Limits: answers over ``max_answer_chars`` are not graded. The built-in extractors are linear in
 the answer and run in-process; a row's ``output_regex`` runs in the env's ``VerifierPool``
 (worker processes, started on first use, closed by ``aclose``) under a hard ``timeout_s``,
@@ -20,13 +27,14 @@ masked: the worker crashed or the check raised.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, ClassVar
 
 from cascade_envs import Env, Reward, Task, TaskError
 from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
 from cascade_envs.workers import WorkerError
 
-from .grading import DEFAULT_MODE, GRADING_MODES, Options, compile_output_regex, regex_letter, regex_steps
+from .grading import DEFAULT_MODE, GRADING_MODES, Options, regex_letter, regex_steps, split_output_regex
 
 MAX_ANSWER_CHARS = 200_000
 TIMEOUT_S = 10.0
@@ -34,13 +42,30 @@ PROBES = ("\\boxed{A}", "Answer: A")
 """Short canonical answers: a row regex that cannot handle these in time is the task's fault."""
 PROBE_TIMEOUT_S = 2.0
 INLINE_STEPS = 4_000_000
+log = logging.getLogger("cascade_envs.mcqa")
 
 
-def _check_options(value: Any) -> list[dict[str, str | None]]:
-    """Validate ``[{"A": "..."}, ...]`` (one ``{"A": "...", ...}`` mapping is split into that form)."""
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(kind: str, detail: str, message: str, *args: Any) -> None:
+    """Log ``message`` the first time this process meets problem ``(kind, detail)``."""
+    if (kind, detail) not in _warned:
+        _warned.add((kind, detail))
+        log.warning(message, *args)
+
+
+def _check_options(value: Any, required: bool) -> list[dict[str, str | None]]:
+    """Validate ``[{"A": "..."}, ...]`` (one ``{"A": "...", ...}`` mapping is split into that form).
+
+    Missing, empty or all-null options are allowed when not ``required`` (a row whose
+    ``output_regex`` decides); they come back as ``[]``.
+    """
+    if not required and (value is None or value == [] or value == {}):
+        return []
     entries = [{k: v} for k, v in value.items()] if isinstance(value, dict) else value
     if not isinstance(entries, list) or not entries:
-        raise TaskError("expected a non-empty list of {letter: text} objects", "options")
+        raise TaskError("expected a non-empty list of {letter: text} objects (or an output_regex)", "options")
     for entry in entries:
         if not isinstance(entry, dict) or not entry:
             raise TaskError(f"each option must be a {{letter: text}} object, got {entry!r:.80}", "options")
@@ -49,8 +74,8 @@ def _check_options(value: Any) -> list[dict[str, str | None]]:
                 raise TaskError(f"option keys must be single letters, got {letter!r:.20}", "options")
             if text is not None and not isinstance(text, str):
                 raise TaskError(f"option {letter} must be text, got {type(text).__name__}", "options")
-    if not _pairs(entries):
-        raise TaskError("every option is null", "options")
+    if required and not _pairs(entries):
+        raise TaskError("every option is null (and the row has no usable output_regex)", "options")
     return entries
 
 
@@ -93,25 +118,51 @@ class MCQAEnv(Env):
 
     def load_task(self, row: dict[str, Any]) -> Task:
         task = super().load_task(row)
-        options = _check_options(row.get("options"))
-        if options is not row["options"]:
+        meta = row.get("template_metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise TaskError("must be an object", "template_metadata")
+        usable = self._usable_regexes(meta)
+        if meta and "output_regex" in meta and usable != meta["output_regex"]:
+            kept = {k: v for k, v in meta.items() if k != "output_regex"}
+            task = {**task, "template_metadata": {**kept, "output_regex": usable} if usable else kept}
+        options = _check_options(row.get("options"), required=not usable)
+        if options is not row.get("options"):
             task = {**task, "options": options}
         letters = {letter for letter, _ in _pairs(options)}
         gold = row.get("expected_answer")
-        if not isinstance(gold, str) or gold.strip().upper() not in letters:
+        if not letters:
+            _warn_once("no_options", "", "MCQA rows without options are graded by their output_regex alone "
+                       "(its captured letter is trusted, as in NeMo Gym)")
+            if not (isinstance(gold, str) and len(gold.strip()) == 1 and gold.strip().isalpha()):
+                raise TaskError(f"a row without options needs a single letter, got {gold!r:.40}", "expected_answer")
+        elif not isinstance(gold, str) or gold.strip().upper() not in letters:
             raise TaskError(f"must be one of the option letters {sorted(letters)}, got {gold!r:.40}", "expected_answer")
         mode = row.get("grading_mode") or DEFAULT_MODE
         if mode not in GRADING_MODES:
             raise TaskError(f"unknown mode {mode!r:.40}; choose from {sorted(GRADING_MODES)}", "grading_mode")
-        meta = row.get("template_metadata")
-        if meta is not None and not isinstance(meta, dict):
-            raise TaskError("must be an object", "template_metadata")
-        if meta and "output_regex" in meta:
-            try:
-                compile_output_regex(meta["output_regex"])
-            except ValueError as exc:
-                raise TaskError(str(exc), "template_metadata.output_regex") from exc
         return task
+
+    @staticmethod
+    def _usable_regexes(meta: dict[str, Any] | None) -> list[str] | str | None:
+        """The row's ``output_regex`` without its invalid patterns (warned about once each), as NeMo
+        Gym skips them; ``None`` when none is usable. Not a string or list of strings: TaskError."""
+        if not meta or "output_regex" not in meta:
+            return None
+        value = meta["output_regex"]
+        try:
+            usable, invalid = split_output_regex(value)
+        except ValueError as exc:
+            raise TaskError(str(exc), "template_metadata.output_regex") from exc
+        for pattern, error in invalid:
+            _warn_once("invalid_regex", pattern, "template_metadata.output_regex %r is not a valid regex (%s): "
+                       "skipped, as NeMo Gym does; the row's other patterns, then its grading_mode, decide",
+                       pattern[:200], error)
+        if not usable:
+            if not invalid:
+                _warn_once("empty_regex_list", "", "template_metadata.output_regex is an empty list: "
+                           "the row's grading_mode decides, as in NeMo Gym")
+            return None
+        return value if not invalid else usable
 
     async def ascore(self, task: Task, answer: str) -> Reward:
         options = _pairs(task["options"])

@@ -9,7 +9,12 @@ optional ``template_metadata.output_regex``), so released data scores the same w
 - ``lenient_answer_colon``: the first ``Answer: X`` line, as a letter or an option's exact text.
 - ``lenient_answer_colon_md``: the last markdown-tolerant ``**Answer:** X`` whose payload names a
   single choice (a list such as ``A or B`` is ambiguous and names none).
-- custom regexes: case-insensitive, last match wins; they take priority over the mode.
+- custom regexes: case-insensitive, last match wins; they take priority over the mode. A pattern
+  that does not compile is skipped (as upstream does); a captured letter is trusted even when the
+  row lists no such option, so a row with a regex may have no options at all (as upstream).
+
+An empty or blank capture names no option, even one whose text is empty (upstream would match it):
+a reply that names nothing never scores.
 
 Every built-in extractor is linear in the response length (``rfind`` and brace matching rather
 than backtracking patterns), so the env runs them in-process. A row's own ``output_regex`` may
@@ -109,6 +114,8 @@ def _letter_or_option_text(candidate: str, options: Options, allowed: set[str]) 
     if len(candidate) == 1 and candidate.isalpha() and candidate.upper() in allowed:
         return candidate.upper()
     wanted = _norm(candidate)
+    if not wanted:  # "Answer: \\text{}" names nothing, not an option whose text is empty
+        return None
     return next((letter for letter, option in options if _norm(option) == wanted), None)
 
 
@@ -165,6 +172,8 @@ def custom_regex(text: str, patterns: Sequence[re.Pattern[str]], options: Option
         if len(captured) == 1 and captured.isalpha():
             return captured
         wanted = _norm(captured)
+        if not wanted:  # an empty capture names nothing (upstream matches it to an option whose text is empty)
+            continue
         letter = next((letter for letter, option in options if _norm(option) == wanted), None)
         if letter:
             return letter
@@ -181,15 +190,29 @@ GRADING_MODES: dict[str, Extractor] = {
 DEFAULT_MODE = "strict_single_letter_boxed"
 
 
-def compile_output_regex(value: object) -> list[re.Pattern[str]]:
-    """Compile ``template_metadata.output_regex`` (a pattern or a list of them); raises ValueError."""
+def split_output_regex(value: object) -> tuple[list[str], list[tuple[str, str]]]:
+    """``template_metadata.output_regex`` (a pattern or a list of them) as ``(usable, invalid)``:
+    the patterns that compile, and ``(pattern, error)`` for those that do not. NeMo Gym skips an
+    invalid pattern (its ``re.error`` is caught and the next pattern, then the grading mode,
+    decides), so an invalid one is not the row's end. Raises ValueError for what upstream cannot
+    read at all (not a string or a list of strings)."""
     patterns = [value] if isinstance(value, str) else value
-    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
-        raise ValueError("expected a regex string or a non-empty list of them")
-    try:
-        return [re.compile(p, re.IGNORECASE) for p in patterns]
-    except re.error as exc:
-        raise ValueError(f"invalid regex: {exc}") from exc
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ValueError("expected a regex string or a list of them")
+    usable, invalid = [], []
+    for pattern in patterns:
+        try:
+            re.compile(pattern, re.IGNORECASE)
+        except (re.error, RecursionError, OverflowError) as exc:
+            invalid.append((pattern, str(exc)))
+        else:
+            usable.append(pattern)
+    return usable, invalid
+
+
+def compile_output_regex(value: object) -> list[re.Pattern[str]]:
+    """The compiled usable patterns of ``template_metadata.output_regex``; invalid ones are skipped."""
+    return [re.compile(p, re.IGNORECASE) for p in split_output_regex(value)[0]]
 
 
 def regex_letter(text: str, output_regex: object, options: Options, allowed: set[str]) -> str | None:
@@ -206,7 +229,7 @@ def _choices(pattern: str) -> tuple[int, float]:
     lookaround gives ``c = inf``: no polynomial bound is claimed.
     """
     try:
-        import re._parser as sre  # private, hence the fallback: no bound
+        import re._parser as sre  # type: ignore[import-not-found]  # private (no stub), hence the fallback: no bound
 
         parsed = sre.parse(pattern, re.IGNORECASE)
     except Exception:

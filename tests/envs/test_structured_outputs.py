@@ -273,8 +273,8 @@ def test_nemo_gym_rollouts_get_their_recorded_rewards(shared_data: Path):
 
 # ----- bad input --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text", ["", " \n ", b"\xff\xfe{\x00}", "\x00" * 100, "[" * 200_000, "{\"a\":" * 100_000])
-def test_empty_binary_and_deeply_nested(text):
+@pytest.mark.parametrize("text", ["\x00" * 100, "[" * 200_000, "{\"a\":" * 100_000])
+def test_nul_bytes_and_deeply_nested(text):
     start = time.perf_counter()
     reward = score(text)
     assert reward.value == 0.0 and not reward.masked and reward.reason

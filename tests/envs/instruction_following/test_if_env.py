@@ -74,12 +74,8 @@ def test_fraction_mode_from_env_and_from_row():
         InstructionFollowingEnv(tasks=[], reward_mode="mean")
 
 
-def test_reasoning_is_split_off_and_unclosed_thinking_scores_zero(env):
+def test_reasoning_is_split_off_before_checking(env):
     assert score(env, ROW, "<think>a, b, c</think><<T>> no commas").value == 1.0
-    unclosed = score(env, ROW, "<think><<T>> no commas")
-    assert unclosed.value == 0.0 and "overlong" in unclosed.reason
-    cut = score(env, ROW, Completion("<<T>> no commas", finish_reason="length"))
-    assert cut.value == 0.0 and "overlong" in cut.reason
 
 
 def test_loose_accepts_the_standard_variants():
@@ -162,13 +158,8 @@ def test_a_file_with_a_bad_row_names_file_line_and_id(tmp_path):
     assert len(InstructionFollowingEnv(tasks=str(path), on_bad_rows="skip").tasks) == 1
 
 
-@pytest.mark.parametrize("answer", ["", "   \n\t", b"\xff\xfe<<T>>", "\x00\ud800<<T>>"])
-def test_empty_and_binary_answers_score_without_crashing(env, answer):
-    reward = score(env, ROW, answer)
-    assert not reward.masked
-    assert reward.value in (0.0, 1.0)
-    if isinstance(answer, str) and not answer.strip():
-        assert reward.reason == "empty answer"
+# Empty, whitespace, invalid UTF-8, megabyte, unterminated-think and length-cut answers are checked
+# for every env by cascade_envs.testing.check_env (tests/test_conformance.py).
 
 
 def test_huge_answer_is_refused_quickly(env):

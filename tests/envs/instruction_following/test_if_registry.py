@@ -126,7 +126,7 @@ def test_quirks_are_normalised_with_a_warning(caplog, iid, kwargs, expected):
         (
             "keywords:letter_frequency",
             {"letter": "ab", "let_frequency": 1, "let_relation": "at least"},
-            "single letter",
+            "single character",
         ),
         ("language:response_language", {"language": "xx"}, "not a language code"),
         (
