@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 from .base import Launch, Sandbox, agent_source
 
@@ -59,7 +60,7 @@ def _probe_exe(exe: str, uid: int | None) -> str | None:
     argv = [*_root_args(exe), "--proc", "/proc", "--dev", "/dev", "--size", "1048576", "--tmpfs", "/dev/shm",
             "--remount-ro", "/dev", "--remount-ro", "/", *NAMESPACES, "--unshare-net", "/usr/bin/true"]
     try:
-        kwargs = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+        kwargs: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
         done = subprocess.run(argv, capture_output=True, timeout=10, **kwargs)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap cannot run: {exc}"

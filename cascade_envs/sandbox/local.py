@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from typing import Any
 
 from .base import Launch, Sandbox, agent_source
 
@@ -45,11 +46,11 @@ def _unshare_prefix(uid: int | None, network: bool) -> tuple[str, ...]:
     exe = shutil.which("unshare")
     if exe is None:
         return ()
-    prefix = (exe, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child", "--ipc")
+    prefix: tuple[str, ...] = (exe, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child", "--ipc")
     if not network:
         prefix += ("--net",)
     try:
-        kwargs = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+        kwargs: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
         done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, **kwargs)
         why = " ".join(done.stderr.decode(errors="replace").split()) if done.returncode else None
     except (OSError, subprocess.SubprocessError) as exc:

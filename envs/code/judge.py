@@ -184,6 +184,7 @@ class Judge:
         memory = task.memory_mb or cfg.memory_mb
         for index, (given, expected) in enumerate(zip(task.inputs, task.outputs, strict=True)):
             remaining = budget - verdict.time_s
+            failure: str | None
             if remaining <= 0:
                 failure = f"time budget of {budget:g}s per response exhausted"
             else:
