@@ -1,9 +1,10 @@
 """Sandboxes for running untrusted (model-written) code.
 
-``get_sandbox()`` gives the default backend: ``bwrap``, the only one that keeps the default's promise
-(model code writes nowhere but its size-capped work dir, ``/tmp`` and ``/dev/shm``, reads no host
-file outside ``/usr``, reaches no network) without a daemon. Where it does not work, ``get_sandbox()``
-refuses with one line naming the fix; it never falls back to something weaker. ``get_sandbox("docker")``,
+``get_sandbox()`` gives the default backend: ``bwrap``, the one that keeps the default's promise
+without a daemon (model code writes nowhere but its size-capped work dir, ``/tmp`` and ``/dev/shm``,
+whose contents count against its memory; reads no host file but ``/usr`` and what it is given;
+reaches no network). Where it does not work, ``get_sandbox()`` refuses with one line naming the fix
+(install bubblewrap, use docker, or name a weaker backend); it never falls back to something weaker. ``get_sandbox("docker")``,
 ``get_sandbox("local")`` or any registered backend, by name. Every backend offers the same protocol::
 
     sb = get_sandbox()
@@ -31,8 +32,8 @@ from .results import EXECUTABLE, ExecResult, File, SandboxError
 
 DEFAULT_ORDER = ("bwrap",)
 """Backends tried, in order, when none is named: only those that keep the default's promise."""
-REFUSAL_FIX = ("install bubblewrap (apt-get install bubblewrap), use sandbox='docker', "
-               "or name a weaker backend explicitly (sandbox='local')")
+REFUSAL_FIX = ("install bubblewrap (apt-get install bubblewrap), use the 'docker' backend, "
+               "or name a weaker backend explicitly (sandbox='local', --backend local)")
 
 log = logging.getLogger("cascade_envs.sandbox")
 _announced: set[str] = set()

@@ -48,8 +48,8 @@ SIGNAL_NAMES = {getattr(signal, n): n for n in ("SIGABRT", "SIGBUS", "SIGFPE", "
                                                 "SIGSEGV", "SIGSYS", "SIGTERM", "SIGTRAP", "SIGXCPU", "SIGXFSZ")}
 
 
-OPTIONS = {}
-ACCOUNT = ()
+OPTIONS: "dict[str, str]" = {}
+ACCOUNT: "tuple[str, ...]" = ()
 CHECK_S = 0.02
 PAGE = resource.getpagesize()
 LIBC = None
@@ -153,32 +153,56 @@ def _read(path):
 
 SEM_BYTES = 64
 """Kernel memory per System V semaphore (a cache line): 32000 sets of 32000 would pin gigabytes."""
+class _IpcInfo:
+    """System V usage of our IPC namespace from ``SHM_INFO``/``MSG_INFO``/``SEM_INFO``: three syscalls."""
+
+    def __init__(self):
+        import ctypes
+
+        self.libc = _libc()
+        self.shm = (ctypes.c_ulong * 8)()  # struct shm_info: int used_ids (padded); shm_tot, shm_rss, shm_swp, ...
+        self.msg = (ctypes.c_int * 8)()  # struct msginfo: msgpool, msgmap, msgmax, msgmnb, msgmni, msgssz, msgtql
+        self.sem = (ctypes.c_int * 10)()  # struct seminfo: ..., semusz (7), semvmx, semaem (9)
+
+    def __call__(self):
+        """``(objects, bytes)``: how many objects exist, and the memory they hold."""
+        shm, msg, sem = self.shm, self.msg, self.sem
+        self.libc.shmctl(0, 14, shm)  # SHM_INFO
+        self.libc.msgctl(0, 12, msg)  # MSG_INFO
+        self.libc.semctl(0, 0, 19, sem)  # SEM_INFO
+        objects = bool(shm[0]) + msg[0] + sem[7]  # shm[0]: used_ids, zero-padded to a long
+        return objects, (shm[2] + shm[3]) * PAGE + msg[6] + sem[9] * SEM_BYTES
+
+
+IPC_INFO: "list[_IpcInfo]" = []
+
+
+def _ipc_info():
+    if not IPC_INFO:
+        IPC_INFO.append(_IpcInfo())
+    return IPC_INFO[0]()
 
 
 def _ipc(remove):
     """Bytes held by System V shared memory, message queues and semaphores; with ``remove``, delete them all."""
-    total = 0
-    for kind, size_field, unit in (("shm", 14, 1), ("msg", 3, 1), ("sem", 3, SEM_BYTES)):
-        try:
-            lines = _read("/proc/sysvipc/" + kind).split(b"\n")[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) <= size_field:
+    objects, total = _ipc_info()
+    if remove and objects:
+        libc = _libc()
+        for kind in ("shm", "msg", "sem"):
+            try:
+                lines = _read("/proc/sysvipc/" + kind).split(b"\n")[1:]
+            except OSError:
                 continue
-            total += int(fields[size_field]) * unit
-            if kind == "shm" and len(fields) > 15:
-                total += int(fields[15])  # swapped out: still held
-            if remove:
-                ident = int(fields[1])
-                libc = _libc()
+            for line in lines:
+                fields = line.split()
+                if len(fields) < 2:
+                    continue
                 if kind == "shm":
-                    libc.shmctl(ident, 0, None)  # IPC_RMID
+                    libc.shmctl(int(fields[1]), 0, None)  # IPC_RMID
                 elif kind == "msg":
-                    libc.msgctl(ident, 0, None)
+                    libc.msgctl(int(fields[1]), 0, None)
                 else:
-                    libc.semctl(ident, 0, 0)
+                    libc.semctl(int(fields[1]), 0, 0)
     return total
 
 

@@ -120,8 +120,7 @@ class Session:
             env=self.launch.env,
             limit=STREAM_LIMIT,
             start_new_session=True,
-            **({"user": self.launch.user, "group": self.launch.user, "extra_groups": []}
-               if self.launch.user is not None else {}),
+            **as_user(self.launch.user),
         )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self._reader, self._writer = self.proc.stdout, self.proc.stdin
@@ -268,6 +267,11 @@ class Session:
                     await asyncio.wait_for(proc.wait(), 5.0)
             if proc.stdin is not None:
                 proc.stdin.close()
+            # Close the pipes now: a sandbox killed from outside may still hold them for a moment, and a
+            # transport left open past its event loop complains when it is collected.
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
 
     async def __aenter__(self) -> Session:
         return self
@@ -375,3 +379,8 @@ class Sandbox(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(python={self.python!r}, run_as={self.run_as})"
+
+
+def as_user(uid: int | None) -> dict[str, Any]:
+    """``subprocess`` arguments that run a child as ``uid`` (with no supplementary groups), or none."""
+    return {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}

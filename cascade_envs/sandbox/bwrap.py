@@ -17,9 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any
 
-from .base import Launch, Sandbox, agent_source
+from .base import Launch, Sandbox, agent_source, as_user
 
 WORKDIR = "/sandbox"
 NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -46,7 +45,7 @@ def _probe(uid: int | None) -> str | None:
     """Why bwrap cannot run here; a success is remembered, a failure (maybe transient) is not."""
     exe = shutil.which("bwrap")
     if exe is None:
-        return "bubblewrap is not installed (apt-get install bubblewrap)"
+        return "bubblewrap is not installed"
     if (exe, uid) in _WORKS:
         return None
     reason = _probe_exe(exe, uid)
@@ -60,8 +59,7 @@ def _probe_exe(exe: str, uid: int | None) -> str | None:
     argv = [*_root_args(exe), "--proc", "/proc", "--dev", "/dev", "--size", "1048576", "--tmpfs", "/dev/shm",
             "--remount-ro", "/dev", "--remount-ro", "/", *NAMESPACES, "--unshare-net", "/usr/bin/true"]
     try:
-        kwargs: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
-        done = subprocess.run(argv, capture_output=True, timeout=10, **kwargs)
+        done = subprocess.run(argv, capture_output=True, timeout=10, **as_user(uid))
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap cannot run: {exc}"
     if done.returncode:

@@ -23,9 +23,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Any
 
-from .base import Launch, Sandbox, agent_source
+from .base import Launch, Sandbox, agent_source, as_user
 
 log = logging.getLogger("cascade_envs.sandbox")
 
@@ -50,8 +49,7 @@ def _unshare_prefix(uid: int | None, network: bool) -> tuple[str, ...]:
     if not network:
         prefix += ("--net",)
     try:
-        kwargs: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
-        done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, **kwargs)
+        done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, **as_user(uid))
         why = " ".join(done.stderr.decode(errors="replace").split()) if done.returncode else None
     except (OSError, subprocess.SubprocessError) as exc:
         why = str(exc)

@@ -150,6 +150,7 @@ class Judge:
             return Reward.zero("the last code block is empty")
         if task.n_tests == 0:
             return Reward.failed("the task has no tests: it cannot be scored")
+        _ = self.sandbox  # no usable backend is a refusal (SandboxError, one line), never a masked reward
         try:
             verdict = await self.judge(task, block.code, language, config)
         except SandboxError as exc:
