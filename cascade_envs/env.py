@@ -187,14 +187,9 @@ class Env(gymnasium.Env[list, str]):
         except Exception as exc:
             episode.outcome = Reward.failed(f"{type(self).__name__} truncation rule raised {type(exc).__name__}: {exc}")
 
-    @property
-    def has_episode_state(self) -> bool:
-        """True when the env releases per-episode state (it overrides ``on_end``)."""
-        return type(self).on_end is not Env.on_end
-
     async def aend(self, episode: Episode) -> None:
         """Release the episode's state (``on_end``); an error here never changes its reward."""
-        if not self.has_episode_state:
+        if type(self).on_end is Env.on_end:  # nothing to release (the common, hot case)
             return
         try:
             await self.on_end(episode)

@@ -215,8 +215,7 @@ class RolloutRunner:
         scorable = [(r, e) for r, e in played if e is not None and r.error is None]
         if scorable:
             await self._score(env, scorable)
-        if env.has_episode_state:
-            await asyncio.gather(*(env.aend(e) for _, e in played if e is not None))
+        await asyncio.gather(*(env.aend(e) for _, e in played if e is not None))
 
     async def _score(self, env: Env, played: list[tuple[EpisodeResult, Episode]]) -> None:
         """Score through the env's one scoring path and store the rewards on the results."""
@@ -236,8 +235,9 @@ class RolloutRunner:
             episode: Episode | None = None
             try:
                 episode = await env.astart(group.task)
-                if env.episode_timeout_s or self.episode_timeout_s:
-                    await self._play_within_deadline(env, episode, result)
+                deadline = env.episode_timeout_s or self.episode_timeout_s
+                if deadline:
+                    await self._play_within_deadline(env, episode, result.trajectory, deadline)
                 else:
                     await self._play(env, episode, result.trajectory)
                 if not env.scores_groups:  # per-sample envs: scored as soon as the episode ends
@@ -249,8 +249,7 @@ class RolloutRunner:
                 result.messages, result.completions = episode.messages, episode.completions
                 result.turns, result.terminated, result.truncated = episode.turns, episode.terminated, episode.truncated
                 if not env.scores_groups:
-                    if env.has_episode_state:
-                        await env.aend(episode)
+                    await env.aend(episode)
                     episode = None  # scored and released: nothing left for the group to do
             result.elapsed_s = time.perf_counter() - start
             bar.update(1)
@@ -258,13 +257,11 @@ class RolloutRunner:
                 self._check_prefix(group.env_id, result.trajectory)
             return result, episode
 
-    async def _play_within_deadline(self, env: Env, episode: Episode, result: EpisodeResult) -> None:
-        deadline = env.episode_timeout_s or self.episode_timeout_s
-        assert deadline is not None
+    async def _play_within_deadline(self, env: Env, episode: Episode, trajectory: Trajectory, deadline: float) -> None:
         scope = asyncio.timeout(deadline)
         try:
             async with scope:
-                await self._play(env, episode, result.trajectory)
+                await self._play(env, episode, trajectory)
         except TimeoutError:
             if not scope.expired() or episode.done:
                 raise
