@@ -1,4 +1,4 @@
-"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox.
+"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox, serve-judge.
 
 Every failure the user can fix is one line on stderr and a non-zero exit code; set
 ``CASCADE_ENVS_DEBUG=1`` for a traceback.
@@ -79,6 +79,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from .envs import DEFAULT_EVAL_ENVS
+    from .judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable
     from .mix import EnvMix, load_mix_file, parse_mix
     from .rollout import RolloutRunner, SamplingParams, make_policy
     from .rollout.metrics import MixMetrics
@@ -95,7 +96,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if len(weights) != 1:
             raise CascadeError("--tasks needs exactly one --env")
         env_kwargs.setdefault(next(iter(weights)), {})["tasks"] = args.tasks
-    mix = EnvMix(weights, seed=args.seed, env_kwargs=env_kwargs)
+    if args.judge_url:
+        os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
+    try:
+        mix = EnvMix(weights, seed=args.seed, env_kwargs=env_kwargs)
+    except JudgeUnavailable as exc:
+        raise JudgeUnavailable(exc.owner, f"add --judge-url {SERVE_JUDGE_URL}") from None
     items = mix.sample(args.num_tasks) if args.num_tasks else mix.all_tasks(limit=args.limit)
     output = Path(args.output or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     if output.exists():
@@ -163,6 +169,16 @@ def cmd_serve_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_judge(args: argparse.Namespace) -> int:
+    from .judges.server import serve_judge
+
+    options = {"max_tokens": args.max_tokens, "max_batch_size": args.max_batch_size, "max_queue": args.max_queue,
+               "request_timeout_s": args.request_timeout}
+    serve_judge(args.host, args.port, args.model, allow_remote=args.allow_remote, device=args.device,
+                **{k: v for k, v in options.items() if v is not None})  # None: the server's own default
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cascade-envs", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -195,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="overall deadline of one policy request, retries excluded (default %(default)s)")
     p.add_argument("--episode-timeout", type=float, default=None, metavar="S",
                    help="wall-clock budget of one episode; past it the episode ends truncated")
+    p.add_argument("--judge-url", metavar="URL[,URL...]",
+                   help="judge endpoint(s) of LLM-judged envs (default: $CASCADE_ENVS_JUDGE_URL)")
     p.add_argument("-o", "--output", help="results JSONL (default runs/eval-TIMESTAMP.jsonl)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(fn=cmd_eval)
@@ -215,6 +233,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--request-timeout", type=float, metavar="S",
                    help="408 for a request not fully received in time (default 60)")
     p.set_defaults(fn=cmd_serve_sandbox)
+
+    p = sub.add_parser("serve-judge", help="serve a local model as an LLM judge (OpenAI chat-completions API)")
+    p.add_argument("--host", default="127.0.0.1", help="(default %(default)s; loopback only without --allow-remote)")
+    p.add_argument("--port", type=int, default=8011, help="(default %(default)s; 0 picks a free port)")
+    p.add_argument("--model", default="embedded", help="'embedded' (SmolLM2-135M, the default) or a checkpoint folder")
+    p.add_argument("--max-tokens", type=int, help="cap on the tokens of one reply (default 512)")
+    p.add_argument("--max-batch-size", type=int, help="requests generated together (default 16)")
+    p.add_argument("--max-queue", type=int, help="requests waiting or running before a 429 (default 256)")
+    p.add_argument("--request-timeout", type=float, metavar="S", help="504 for a reply not ready in time (default 300)")
+    p.add_argument("--device", help="torch device (default: cuda when available)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback --host (the server has no authentication)")
+    p.set_defaults(fn=cmd_serve_judge)
     return parser
 
 

@@ -90,7 +90,7 @@ class Env(gymnasium.Env[list, str]):
         self.system_prompt = system_prompt
         source = tasks if tasks is not None else self.default_tasks
         self.tasks: TaskSource | None = (
-            None if source is None else load_tasks(source, self.load_task, type(self), on_bad_rows)
+            None if source is None else load_tasks(source, self.load_task, self.task_cache_key(), on_bad_rows)
         )
         self.episode: Episode | None = None
         """The episode the gymnasium methods (``reset``/``step``) are playing."""
@@ -100,11 +100,20 @@ class Env(gymnasium.Env[list, str]):
     def load_task(self, row: dict[str, Any]) -> Task:
         """Validate and normalise a task row; raise ``TaskError`` naming the bad field.
 
-        Must depend only on the row (results are cached per file). The default checks that the
-        row has a prompt.
+        Must depend only on the row and on ``task_cache_key`` (results are cached per file and
+        key). The default checks that the row has a prompt.
         """
         prompt_messages(row)
         return row
+
+    def task_cache_key(self) -> tuple[Any, ...]:
+        """What ``load_task`` depends on besides the row: validated rows are cached per file and key.
+
+        The default, the env class, fits ``load_task`` methods that read only the row. An env whose
+        row checks use constructor settings (an input limit, a tables folder) returns them here
+        too (hashable), and sets them before calling ``Env.__init__``.
+        """
+        return (type(self),)
 
     def prompt(self, task: Task) -> list[Message]:
         """The opening messages of an episode (tools, if the task has any, go in the system prompt)."""

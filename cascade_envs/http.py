@@ -21,7 +21,8 @@
 - ``stats`` counts requests, attempts, retries (by reason) and failures, for a run's summary.
 
 ``base_url`` may name several equivalent servers: each attempt goes to the least loaded one, and a
-server that refused a connection is tried last for a few seconds. One client serves one event loop
+server that refused a connection is tried last for a few seconds, and with ``per_url_concurrency``
+no server has more than that many requests in flight. One client serves one event loop
 (httpx's connection pool is bound to the loop that first uses it).
 """
 
@@ -81,7 +82,8 @@ class RetryingClient:
     connect; ``deadline_s``: the whole of one attempt (default ``timeout_s``); ``max_retries``:
     retries after the first attempt; ``backoff_s``: the first retry's delay, doubled each time up to
     ``max_backoff_s`` (times a random factor in [0.5, 1.5)); ``retry_budget_s``: no attempt starts
-    later than this after the first (``None``: no limit); ``concurrency``: requests in flight at once.
+    later than this after the first (``None``: no limit); ``concurrency``: requests in flight at once;
+    ``per_url_concurrency``: requests in flight at once on each server (``None``: no limit of its own).
     """
 
     def __init__(
@@ -97,14 +99,17 @@ class RetryingClient:
         max_backoff_s: float = 30.0,
         retry_budget_s: float | None = None,
         concurrency: int = 256,
+        per_url_concurrency: int | None = None,
         retry_statuses: Collection[int] = RETRY_STATUSES,
     ):
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self.base_urls = [u.strip().rstrip("/") for u in urls]
         if not self.base_urls or (len(self.base_urls) > 1 and not all(self.base_urls)):
             raise ValueError(f"RetryingClient: bad base_url {base_url!r}")
-        if max_retries < 0 or concurrency < 1:
-            raise ValueError("RetryingClient: max_retries must be >= 0 and concurrency >= 1")
+        if max_retries < 0 or concurrency < 1 or (per_url_concurrency is not None and per_url_concurrency < 1):
+            raise ValueError("RetryingClient: max_retries must be >= 0 and concurrency and per_url_concurrency >= 1")
+        if per_url_concurrency is not None:  # a free slot then always has a server below its limit
+            concurrency = min(concurrency, per_url_concurrency * len(self.base_urls))
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
         self.connect_timeout_s = min(connect_timeout_s, timeout_s)
@@ -114,6 +119,7 @@ class RetryingClient:
         self.max_backoff_s = max_backoff_s
         self.retry_budget_s = retry_budget_s
         self.concurrency = concurrency
+        self.per_url_concurrency = per_url_concurrency
         self.retry_statuses = frozenset(retry_statuses)
         self.stats: Counter[str] = Counter()
         """``requests``, ``attempts``, ``succeeded``, ``retries``, ``failures``, and per reason
@@ -141,11 +147,14 @@ class RetryingClient:
         return f"{base}/{path.lstrip('/')}" if path else base
 
     def _pick(self) -> int:
+        """The server for the next attempt, chosen once a slot is held: below its own limit, up, least busy."""
         if len(self.base_urls) == 1:
             return 0
         now = time.monotonic()
+        limit = self.per_url_concurrency
         return min(range(len(self.base_urls)),
-                   key=lambda i: (self._down_until[i] > now, self._in_flight[i], random.random()))
+                   key=lambda i: (limit is not None and self._in_flight[i] >= limit, self._down_until[i] > now,
+                                  self._in_flight[i], random.random()))
 
     def _delay(self, retry: int, retry_after: float | None) -> float:
         delay = min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1)) * (0.5 + random.random())
@@ -164,9 +173,9 @@ class RetryingClient:
         attempts = counted = 0
         retry: _Retry
         while True:
-            index = self._pick()
-            url = self.url(path, index)
             async with self._slots:
+                index = self._pick()
+                url = self.url(path, index)
                 started = time.monotonic() if started is None else started
                 attempts += 1
                 self.stats["attempts"] += 1

@@ -11,6 +11,10 @@ BUILTIN_ENVS: dict[str, tuple[str, dict]] = {
     "cascade/Math-v0": ("cascade_envs.envs.math.env:MathEnv", {}),
     "cascade/Code-v0": ("cascade_envs.envs.code.env:CodeEnv", {}),
     "cascade/InstructionFollowing-v0": ("cascade_envs.envs.instruction_following.env:InstructionFollowingEnv", {}),
+    "cascade/Workplace-v0": ("cascade_envs.envs.workplace.env:WorkplaceEnv", {}),
+    "cascade/GenRM-v0": ("cascade_envs.envs.genrm.env:GenRMEnv", {}),
+    "cascade/LongContextQA-v0": ("cascade_envs.envs.long_context.env:LongContextQAEnv", {}),
+    "cascade/AgentlessRepair-v0": ("cascade_envs.envs.agentless.env:AgentlessRepairEnv", {}),
 }
 
 
@@ -18,6 +22,7 @@ DEFAULT_EVAL_ENVS: tuple[str, ...] = (
     # the domains that run on a CPU with no judge server: `cascade-envs eval` plays these by default
     "cascade/InstructionFollowing-v0",
     "cascade/MCQA-v0",
+    "cascade/Workplace-v0",
     "cascade/StructuredOutput-v0",
     "cascade/Math-v0",
     "cascade/Code-v0",

@@ -14,11 +14,25 @@ import pytest
 import cascade_envs
 from cascade_envs.registry import envs as env_registry
 from cascade_envs.testing import ConformanceError, check_env
+from tests.envs.agentless.reference_judge import FIX as AGENTLESS_FIX
+from tests.envs.agentless.reference_judge import WRONG_FIX as AGENTLESS_WRONG
+from tests.envs.agentless.reference_judge import ReferenceJudge
+from tests.envs.genrm.scripted import RubricJudge
+from tests.envs.long_context.matching import MatchingJudge
 
 
 def bundled(domain: str, index: int = 0) -> dict[str, Any]:
     path = resources.files("cascade_envs.envs").joinpath(domain, "data", "samples.jsonl")
     return json.loads(path.read_text(encoding="utf-8").splitlines()[index])
+
+
+def workplace_row(task_id: int) -> dict[str, Any]:
+    path = resources.files("cascade_envs.envs").joinpath("workplace", "data", "tasks.jsonl")
+    return next(r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if r["id"] == task_id)
+
+
+def tool_calls(calls: list[dict[str, Any]]) -> str:
+    return "".join(f'<tool_call>{{"name": "{c["name"]}", "arguments": {c["arguments"]}}}</tool_call>' for c in calls)
 
 
 SUM = "```python\nimport sys\nd = sys.stdin.read().split()\nt = int(d[0])\nprint('\\n'.join(str(int(d[1 + 2 * i]) + int(d[2 + 2 * i])) for i in range(t)))\n```"
@@ -58,6 +72,38 @@ CASES: dict[str, dict[str, Any]] = {
         "bad_answer": "```python\nprint(0)\n```",
         "bad_rows": [({"prompt": "x", "verifier_metadata": {"unit_tests": "none"}}, None)],
         "env_kwargs": {"time_limit_s": 5.0},
+    },
+    # An outcome-scored env: the "answer" is the tool calls (repeated each turn, they are idempotent);
+    # the episode ends at the turn limit and is scored on its final state.
+    "cascade/Workplace-v0": {
+        "good_row": workplace_row(42),
+        "good_answer": tool_calls(workplace_row(42)["ground_truth"]),
+        "bad_answer": tool_calls(workplace_row(42)["ground_truth"][:1]),
+        "bad_rows": [({**workplace_row(42), "ground_truth": "[{"}, "ground_truth")],
+    },
+    "cascade/GenRM-v0": {
+        "good_row": bundled("genrm", 4),
+        "good_answer": "<think>Compare tenths: 9 > 1.</think>9.9 is larger.",
+        "bad_rows": [({"responses_create_params": {"input": [{"role": "user", "content": "Hi"},
+                                                             {"role": "assistant", "content": "Hello"}]}},
+                      "responses_create_params.input")],
+        "env_kwargs": {"judge_url": RubricJudge()},
+    },
+    "cascade/LongContextQA-v0": {
+        "good_row": bundled("long_context"),
+        "good_answer": "<think>The March minutes name the station.</think>Alder Creek Pump Station, 31 hours",
+        "bad_answer": "Harbourview Treatment Plant, 12 hours",
+        "bad_rows": [({**bundled("long_context"), "answer": None}, "expected_answer"),
+                     ({**bundled("long_context"), "input_tokens": 10**6}, "input_tokens")],
+        "env_kwargs": {"judge_url": MatchingJudge()},
+    },
+    "cascade/AgentlessRepair-v0": {
+        "good_row": bundled("agentless"),
+        "good_answer": AGENTLESS_FIX,
+        "bad_answer": AGENTLESS_WRONG,
+        "bad_rows": [({**bundled("agentless"), "gold_files": []}, "gold_files"),
+                     ({**bundled("agentless"), "patch": "nonsense"}, "patch")],
+        "env_kwargs": {"judge_url": ReferenceJudge()},
     },
 }
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = {"cascade_envs": "cascade_envs", "cascade_envs.envs": "envs",
                 "cascade_envs.plugins": "plugins", "cascade_envs.trainer": "trainer"}
 """The fixed top-level layout of DESIGN.md §1: import package -> source folder."""
-DATA_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml")
+DATA_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".csv")
 HEAVY_MODULES = ("torch", "ray", "vllm", "openhands", "transformers")
 IMPORT_BUDGET_S = 1.0
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}

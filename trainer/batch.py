@@ -6,7 +6,8 @@ One call of ``BatchBuilder.build`` produces the training batch of one step:
    runner scores each group through the env's scoring path, overlong rule included);
 2. drop masked samples (a verifier error, a failed episode, a trajectory without token ids);
 3. ask the loss strategy for each group's advantages: it may leave a group out (GRPO's dynamic
-   filtering drops groups whose rewards are all equal), and then fresh prompts are drawn, until
+   filtering drops groups whose rewards are all equal, ``rollout.mask_groups_below`` groups where
+   no rollout scores above a threshold), and then fresh prompts are drawn, until
    the batch holds ``prompts_per_step`` groups or ``max_rounds`` rounds are spent;
 4. the training sequences of each kept episode's ``Trajectory`` (one per episode when the chat
    template allows it, with env tokens masked), each with its episode's advantage.
@@ -22,7 +23,7 @@ from typing import Any
 from ..mix import EnvMix
 from ..policy import Policy, SamplingParams
 from ..rollout.runner import EpisodeResult, GroupResult, RolloutRunner
-from .strategies import FILTERED, LossStrategy
+from .strategies import BELOW_THRESHOLD, FILTERED, LossStrategy
 
 
 @dataclass
@@ -58,6 +59,8 @@ class RolloutBatch:
     """Every group played this step, filtered ones included."""
     rounds: int = 0
     groups_filtered: int = 0
+    groups_below_threshold: int = 0
+    """Groups left out because no rollout scored above ``rollout.mask_groups_below``."""
     groups_masked: int = 0
     samples_masked: int = 0
     generation_s: float = 0.0
@@ -143,6 +146,8 @@ class BatchBuilder:
         if isinstance(advantages, str):
             if advantages == FILTERED:
                 batch.groups_filtered += 1
+            elif advantages == BELOW_THRESHOLD:
+                batch.groups_below_threshold += 1
             else:
                 batch.groups_masked += 1
             return

@@ -66,6 +66,11 @@ class RolloutConfig:
     concurrency: int = DEFAULT_CONCURRENCY
     dynamic_filtering: bool = True
     """Drop groups whose rewards are all equal and draw fresh prompts instead."""
+    mask_groups_below: float | None = None
+    """Leave out of the loss every group in which no scored rollout's reward is above this value
+    (``null``: off). The agentless SWE RL stage masks prompts where no rollout scores > 0.5. Such a
+    group is counted in ``batch/groups_below_threshold`` and, like a dynamically filtered one,
+    replaced by fresh prompts while ``max_rounds`` allows (``max_rounds: 1`` only masks it)."""
     max_rounds: int = 4
     """Rollout rounds per step to fill the batch with informative groups."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -361,6 +366,8 @@ def validate(config: Config) -> None:
                high=o.lr if o.warmup_steps > 0 else None, hint=" (warmup climbs from it to optim.lr)")
     _number_in("rollout.temperature", r.temperature, low=0, hint=" (0 samples greedily)")
     _number_in("rollout.top_p", r.top_p, low=0, high=1, low_open=True)
+    if r.mask_groups_below is not None and not _is_finite_number(r.mask_groups_below):
+        raise ConfigError(f"rollout.mask_groups_below must be a finite number or null, got {r.mask_groups_below!r}")
 
     # names
     if not m.path.strip():

@@ -187,7 +187,8 @@ class GRPOTrainer:
             metrics["skipped"] = True
             message = (
                 f"step {step} skipped: no group with a learning signal after {batch.rounds} rollout round(s) "
-                f"({batch.groups_filtered} group(s) with all-equal rewards, {batch.groups_masked} masked); "
+                f"({batch.groups_filtered} group(s) with all-equal rewards, {batch.groups_below_threshold} with no "
+                f"reward above rollout.mask_groups_below, {batch.groups_masked} masked); "
                 "raise rollout.max_rounds or rollout.group_size, or check the env's rewards"
             )
             metrics["message"] = message

@@ -19,6 +19,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
     metrics["batch/groups_kept"] = float(len(batch.groups))
     metrics["batch/groups_filtered"] = float(batch.groups_filtered)
     metrics["batch/filtered_fraction"] = batch.filtered_fraction
+    metrics["batch/groups_below_threshold"] = float(batch.groups_below_threshold)
     metrics["batch/groups_masked"] = float(batch.groups_masked)
     metrics["batch/samples_masked"] = float(batch.samples_masked)
     metrics["batch/rounds"] = float(batch.rounds)

@@ -6,7 +6,7 @@ only holds for its algorithm:
 
 - ``check(config)``: settings it needs (GRPO compares rollouts, so a group holds at least two);
 - ``group_advantages(rewards, valid)``: a group's sequence-level advantages, or why the group is
-  left out of the batch (dynamic filtering is GRPO's rule);
+  left out of the batch (dynamic filtering and ``rollout.mask_groups_below`` are GRPO's rules);
 - ``sources``: the per-token log-probs it reads besides the policy's own: ``"reference"`` (the
   frozen start model), ``"inference"`` (what the rollout engine reported), ``"teacher"`` (the
   example's domain teacher);
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 FILTERED = "all rewards equal"
 TOO_FEW = "fewer than two scored samples"
+BELOW_THRESHOLD = "no rollout scores above rollout.mask_groups_below"
 
 
 @dataclass
@@ -82,6 +83,7 @@ class GRPO(LossStrategy):
         super().__init__(config)
         self.kl_coef = config.optim.kl_coef
         self.dynamic_filtering = config.rollout.dynamic_filtering
+        self.mask_groups_below = config.rollout.mask_groups_below
         self.sources = frozenset({"reference"}) if self.kl_coef > 0 else frozenset()
 
     def check(self, config: Config) -> None:
@@ -100,6 +102,8 @@ class GRPO(LossStrategy):
             return TOO_FEW
         if self.dynamic_filtering and max(kept) == min(kept):
             return FILTERED
+        if self.mask_groups_below is not None and kept and max(kept) <= self.mask_groups_below:
+            return BELOW_THRESHOLD
         table = torch.tensor([list(rewards)], dtype=torch.float64)
         return [float(a) for a in group_advantages(table, torch.tensor([list(valid)]))[0]]
 

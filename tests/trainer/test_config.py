@@ -36,7 +36,9 @@ def test_shipped_configs_are_valid(name):
 def test_multi_domain_mix_weights_follow_the_report():
     path = resources.files("cascade_envs.trainer").joinpath("configs/multi_domain_rl.yaml")
     weights, _ = load_config(str(path)).mix_weights()
-    assert sum(weights.values()) == pytest.approx(1.0)
+    assert weights == pytest.approx(
+        {"cascade/MCQA-v0": 0.55, "cascade/Workplace-v0": 0.30, "cascade/StructuredOutput-v0": 0.15}
+    )
 
 
 def test_overrides_are_typed_and_nested():

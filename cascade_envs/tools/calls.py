@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .core import Message
-from .registry import Registry
+from ..core import Message
+from ..registry import Registry
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,93 @@
+"""``JudgedEnv``: the base of envs scored by an LLM judge, with the constructor every judged env shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from ..core import Message
+from ..data import TaskSource
+from ..env import Env
+from .base import Judge, JudgeError
+from .resolve import JudgeSource, make_judge
+
+T = TypeVar("T")
+QUOTE_CHARS = 200
+"""How much of an unparseable reply a ``JudgeError`` quotes."""
+
+
+class JudgedEnv(Env):
+    """Base of envs scored by an LLM judge; every judged env takes the same constructor arguments.
+
+    ``judge_url``: a URL, a list of URLs (least busy first), a registered judge name, or a ``Judge``
+    object; ``None`` reads ``$CASCADE_ENVS_JUDGE_URL``, else construction raises ``JudgeUnavailable``
+    (one line saying how to start ``cascade-envs serve-judge``). ``judge_model``: the served model
+    (``None``: ``$CASCADE_ENVS_JUDGE_MODEL``, else the only one the endpoint serves);
+    ``judge_concurrency``: calls in flight per endpoint; ``judge_timeout_s``: the deadline of one
+    attempt (each request of an ``HTTPJudge``, retries included, ends within three times that).
+    A ``Judge`` object is used as given. Nothing touches the network at construction.
+    Subclasses call ``ajudge`` and turn its ``JudgeError`` into ``Reward.failed(...)``; one whose
+    settings need no judge (e.g. a similarity reward) says so in ``uses_judge``, and then none is made.
+    """
+
+    judge_max_tokens: int = 4096
+    judge_temperature: float = 0.0
+
+    def __init__(self, tasks: str | Iterable[Any] | TaskSource | None = None, *,
+                 judge_url: JudgeSource = None, judge_model: str | None = None, judge_concurrency: int = 32,
+                 judge_timeout_s: float = 120.0, **env_kwargs: Any):
+        owner = type(self).__name__
+        self.judge: Judge = (
+            make_judge(judge_url, model=judge_model, concurrency=judge_concurrency, timeout_s=judge_timeout_s,
+                       owner=owner)
+            if self.uses_judge() else NoJudge(owner)
+        )
+        super().__init__(tasks, **env_kwargs)
+
+    def uses_judge(self) -> bool:
+        """Whether this env's settings (set before ``JudgedEnv.__init__``) score with a judge."""
+        return True
+
+    async def ajudge(self, messages: list[Message], parse: Callable[[str], T], **sampling: Any) -> T:
+        """One judge call and ``parse`` of its reply.
+
+        ``sampling`` overrides ``max_tokens``/``temperature``/``top_p`` (defaults: the class's
+        ``judge_max_tokens``/``judge_temperature``, top_p 1). Raises ``JudgeError`` when the call
+        fails after its retries or ``parse`` raises ``ValueError`` (the message quotes the reply).
+        """
+        options = {"max_tokens": self.judge_max_tokens, "temperature": self.judge_temperature, **sampling}
+        try:
+            reply = await self.judge.acomplete(messages, **options)
+        except JudgeError:
+            raise
+        except Exception as exc:
+            raise JudgeError(f"judge {self.judge!r} raised {type(exc).__name__}: {exc}") from exc
+        try:
+            return parse(reply)
+        except ValueError as exc:
+            raise JudgeError(f"unparseable judge reply ({exc}): {_quote(reply)}") from exc
+
+    async def aclose(self) -> None:
+        """Close the judge, then the env's other resources."""
+        try:
+            await self.judge.aclose()
+        finally:
+            await super().aclose()
+
+
+class NoJudge:
+    """The judge of an env configured to score without one: calling it is an error, never a 0."""
+
+    def __init__(self, owner: str):
+        self.owner = owner
+
+    async def acomplete(self, messages: list[Message], **sampling: Any) -> str:
+        raise JudgeError(f"{self.owner} is configured to score without a judge")
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _quote(reply: str) -> str:
+    start = reply[:QUOTE_CHARS]
+    return repr(start) + (f" ... ({len(reply)} chars)" if len(reply) > QUOTE_CHARS else "")

@@ -1,0 +1,211 @@
+"""What the GenRM judge is shown for one comparison, and how its verdict is read back.
+
+Two prompt formats, both carrying the conversation (its last turn the user's request) and the two
+final answers:
+
+- ``"helpsteer3"`` (default): one user message laid out as in the HelpSteer3 GenRM recipe (Wang et
+  al., "HelpSteer3-Preference", 2025, and the GenRM prompts of NVIDIA's NeMo-RL experiments):
+  scoring guidelines, ``#### Conversation Context ####``, the two responses, then the output format.
+  Any chat model can judge with it. The wording here is ours; a GenRM trained on its own prompt
+  should be given that prompt through ``prompt_template`` (fields ``{conversation}``,
+  ``{response_1}``, ``{response_2}``; literal braces doubled).
+- ``"roles"``: the conversation's messages followed by one ``response_1`` and one ``response_2``
+  message, for a GenRM whose chat template lays them out itself (NVIDIA's
+  Qwen3-Nemotron-235B-A22B-GenRM, the Nemotron 3 Nano RLHF judge, served as in NeMo Gym's
+  ``genrm_model``).
+
+Verdicts are read in either of the two layouts those judges write, whatever the prompt format:
+the HelpSteer3 sections ``[The Begin of Individual Scores] \\boxed{x, y} [The End of Individual
+Scores]`` and ``[The Begin of Ranking Score] \\boxed{z} [The End of Ranking Score]``, or a JSON object
+``{"score_1": x, "score_2": y, "ranking": z}`` (NeMo Gym ``genrm_compare``). The judge's own
+reasoning (``…</think>``) is dropped first; the last section (or JSON object) wins, since a judge may
+quote the responses, and so their text, before it concludes. Scores must be in 1-5 and the ranking
+in 1-6, all three present (upstream fills a missing value with a neutral default; here the reply is
+unparseable and is asked again).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from cascade_envs.core import Message
+from cascade_envs.reasoning import split_reasoning
+
+from .aggregate import Verdict
+
+T = TypeVar("T")
+PROMPT_FORMATS = ("helpsteer3", "roles")
+EMPTY_RESPONSE = "None"
+"""What the judge is shown in place of an answer it must not see (empty, too long, not text), as
+NeMo Gym shows an empty output: the other answer of the pair is still scored against it."""
+TEMPLATE_FIELDS = frozenset({"conversation", "response_1", "response_2"})
+ROLE_LABELS = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
+
+DEFAULT_TEMPLATE = """\
+You are an expert judge of AI assistants' responses. Below are a conversation, whose last turn is \
+the user's request, and two candidate responses to that request. Score the helpfulness of each \
+response on the [Helpfulness Scale], then compare the two on the [Ranking Scale]. Reason step by \
+step before you score, and be strict.
+
+[Helpfulness Scale]
+Take into account: whether the response is correct and complete; whether it is clear and \
+coherent; whether it does what the user asked, following every instruction; whether it stays on \
+the user's topic; and whether its amount of detail fits the request, neither padded nor thin, \
+and free of invented facts.
+5 - Extremely helpful: does exactly what the user wanted, accurately and with nothing \
+superfluous; when a request cannot or should not be fulfilled, it says why and gives useful context.
+4 - Mostly helpful: useful and largely what the user wanted, with some room to improve.
+3 - Partially helpful: useful in part, but misses part of the user's goal.
+2 - Borderline unhelpful: mostly misses what the user wanted; only a little of it is usable.
+1 - Not helpful: misses the point of the request entirely.
+
+[Ranking Scale]
+Always separate the two responses, even when their helpfulness scores are equal:
+1 - Response 1 is much better than Response 2
+2 - Response 1 is better than Response 2
+3 - Response 1 is slightly better than Response 2
+4 - Response 2 is slightly better than Response 1
+5 - Response 2 is better than Response 1
+6 - Response 2 is much better than Response 1
+
+#### Conversation Context ####
+{conversation}
+
+#### Responses to be Scored ####
+[The Begin of Response 1]
+{response_1}
+[The End of Response 1]
+
+[The Begin of Response 2]
+{response_2}
+[The End of Response 2]
+
+#### Output Format Requirements ####
+First analyse each response, response i between [The Begin of Analysis on Response i] and \
+[The End of Analysis on Response i]. Then give the two helpfulness scores in order, separated by a \
+comma, and the ranking, exactly in this layout:
+[The Begin of Individual Scores]
+\\boxed{{x, y}}
+[The End of Individual Scores]
+[The Begin of Ranking Score]
+\\boxed{{z}}
+[The End of Ranking Score]
+"""
+
+_SCORES_SECTION = re.compile(
+    r"\[The Begin of Individual Scores\](.*?)(?:\[The End of Individual Scores\]|\[The Begin of|\Z)",
+    re.IGNORECASE | re.DOTALL)
+_RANKING_SECTION = re.compile(
+    r"\[The Begin of Ranking Score\](.*?)(?:\[The End of Ranking Score\]|\[The Begin of|\Z)",
+    re.IGNORECASE | re.DOTALL)
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+_FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
+_VERDICT_KEYS = ("score_1", "score_2", "ranking")
+
+
+def check_template(template: str) -> str:
+    """``template`` if it formats with exactly the fields ``{conversation}``, ``{response_1}``,
+    ``{response_2}``; ``ValueError`` saying what is wrong otherwise."""
+    hint = "double literal braces, e.g. \\boxed{{x, y}}"
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"prompt_template does not parse ({exc}); {hint}") from exc
+    if fields != TEMPLATE_FIELDS:
+        raise ValueError(f"prompt_template must use exactly the fields {sorted(TEMPLATE_FIELDS)}, "
+                         f"got {sorted(fields)}; {hint}")
+    try:
+        template.format(conversation="", response_1="", response_2="")
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise ValueError(f"prompt_template does not format ({type(exc).__name__}: {exc})") from exc
+    return template
+
+
+def render_conversation(messages: list[Message]) -> str:
+    """The conversation as text, one ``Role: content`` block per message."""
+    return "\n\n".join(f"{ROLE_LABELS.get(m['role'], str(m['role']).title())}: {m.get('content') or ''}"
+                       for m in messages)
+
+
+def comparison_messages(conversation: list[Message], response_1: str, response_2: str, *,
+                        prompt_format: str = "helpsteer3", template: str = DEFAULT_TEMPLATE) -> list[Message]:
+    """The chat messages that ask the judge to compare ``response_1`` with ``response_2``."""
+    if prompt_format == "roles":
+        return [*conversation, {"role": "response_1", "content": response_1},
+                {"role": "response_2", "content": response_2}]
+    if prompt_format != "helpsteer3":
+        raise ValueError(f"unknown prompt_format {prompt_format!r}; choose from {list(PROMPT_FORMATS)}")
+    text = template.format(conversation=render_conversation(conversation), response_1=response_1,
+                           response_2=response_2)
+    return [{"role": "user", "content": text}]
+
+
+def parse_verdict(reply: str) -> Verdict:
+    """The verdict in a judge's reply; ``ValueError`` saying what is missing or out of range."""
+    split = split_reasoning(reply)
+    if split.unterminated:
+        raise ValueError("the reply ends inside the judge's reasoning, before any verdict")
+    text = split.answer
+    scores = _last(_SCORES_SECTION.finditer(text))
+    json_object = _last((m.start(), found) for m in _FLAT_OBJECT.finditer(text)
+                        if (found := _verdict_object(m.group())) is not None)
+    if json_object is not None and (scores is None or json_object[0] > scores.start()):
+        return _json_verdict(json_object[1])
+    if scores is not None:
+        return _sectioned_verdict(scores.group(1), text[scores.start():])
+    raise ValueError("no verdict: expected the [The Begin of Individual Scores] \\boxed{x, y} and "
+                     "[The Begin of Ranking Score] \\boxed{z} sections, or a JSON object with "
+                     "score_1, score_2 and ranking")
+
+
+def _last(items: Iterable[T]) -> T | None:
+    last = deque(items, maxlen=1)
+    return last[0] if last else None
+
+
+def _sectioned_verdict(scores_section: str, rest: str) -> Verdict:
+    scores = _boxed_numbers(scores_section, 2, "individual scores")
+    ranking = _last(_RANKING_SECTION.finditer(rest))
+    if ranking is None:
+        raise ValueError("the reply has individual scores but no [The Begin of Ranking Score] section after them")
+    (value,) = _boxed_numbers(ranking.group(1), 1, "ranking score")
+    return Verdict(scores[0], scores[1], value)
+
+
+def _boxed_numbers(section: str, count: int, what: str) -> list[float]:
+    boxes = _BOXED.findall(section)
+    if not boxes:
+        raise ValueError(f"the {what} section has no \\boxed{{}} value")
+    parts = [part.strip() for part in boxes[-1].split(",")]
+    if len(parts) != count or not all(_NUMBER.fullmatch(part) for part in parts):
+        raise ValueError(f"the {what} box holds {boxes[-1].strip()[:40]!r}, not {count} number(s)")
+    return [float(part) for part in parts]
+
+
+def _verdict_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object holding the three verdict keys, else ``None``."""
+    try:
+        candidate = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(candidate, dict) and all(key in candidate for key in _VERDICT_KEYS):
+        return candidate
+    return None
+
+
+def _json_verdict(found: dict[str, Any]) -> Verdict:
+    return Verdict(*(_as_number(found[key], key) for key in _VERDICT_KEYS))
+
+
+def _as_number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{key} is {value!r:.40}, not a number")
+    if isinstance(value, str) and not _NUMBER.fullmatch(value.strip()):
+        raise ValueError(f"{key} is {value!r:.40}, not a number")
+    return float(value)

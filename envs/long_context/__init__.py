@@ -1,0 +1,1 @@
+"""Long-context QA (``cascade/LongContextQA-v0``): documents, a question and a reference answer, graded by an LLM judge."""

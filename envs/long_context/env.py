@@ -1,0 +1,177 @@
+"""``cascade/LongContextQA-v0``: questions over long documents, graded by an LLM judge.
+
+The long-context RL stage of the recipe (RECIPE.md): inputs of at most 32K tokens, sequences of
+at most 49K (``max_episode_tokens`` = 49,152 = 32,768 + 16,384, our reading of "49K"), no
+overlong filtering (an answer cut at the length limit stays in the batch with reward 0), an LLM
+judge (Qwen3-235B-A22B-Instruct-2507 in the report) asked whether the answer is CORRECT. The
+policy answers in thinking mode (the design default: RECIPE.md names no mode for this stage, so
+the choice is ours); the judge sees only the final answer, never the reasoning.
+
+Rows, either layout, loaded unchanged:
+
+- AA-LCR (NeMo Gym ``aalcr``): ``responses_create_params.input`` (the documents and the question),
+  ``question``, ``answer``, and optionally ``input_tokens`` (the prompt's token count);
+- equivalence (NeMo Gym ``equivalence_llm_judge``): the prompt, ``expected_answer`` and optionally
+  ``question``; without it the judge is shown the prompt's last user message (its last
+  ``MAX_QUESTION_CHARS`` characters when longer: the question follows the documents).
+
+``expected_answer`` wins when a row has both reference fields. A row's ``template_metadata``
+(answer-extraction regexes of some equivalence rows) is ignored: the judge sees the whole final
+answer, as the upstream servers do by default.
+
+Judge template (``judge_template``, one for every row; ``prompt.py``): ``"correctness"`` (default,
+the AA-LCR question: reply exactly CORRECT or INCORRECT) or ``"equivalence"`` (reasons, then a
+``[[A=B]]``/``[[A!=B]]`` line). ``swap_check=True`` asks a second time with the reference and the
+answer exchanged after a positive verdict, and pays 1 only when both verdicts are positive (the
+upstream ``check_twice_swap``; off by default there too).
+
+Input limit: ``max_input_tokens`` (default 32,768; ``None``: no limit) is checked when a row
+loads: an over-long row raises ``TaskError`` naming the count, how it was counted and the limit
+(``on_bad_rows="skip"`` drops it with a warning instead). Counting: ``tokens.py`` (the row's
+``input_tokens``, else ``tokenizer=``, else a conservative estimate from characters); a count made
+here is kept in the loaded task's ``input_tokens``, so starting an episode does not count again.
+
+Rewards: 1 when the judge's verdict is positive (both verdicts with ``swap_check``), else 0 with
+the verdict as the reason. 0 without calling the judge: no final answer (empty, or only
+reasoning), or an answer over ``max_answer_chars`` ("verifier limit: ...", the answer's fault: it
+could not overflow the judge's context). Masked, with the reason: the judge call failed after its
+retries (down, 5xx, rate-limited past its budget, past its deadline) or its reply did not parse.
+Upstream scores an unparseable reply 0; here it is masked, so a judge that strays from the format
+never decides a reward.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from cascade_envs.core import Reward, Task, TaskError
+from cascade_envs.data import prompt_messages
+from cascade_envs.judges import JudgedEnv, JudgeError
+
+from .prompt import JUDGE_TEMPLATES
+from .tokens import RECORDED, make_counter, recorded_tokens
+
+MAX_INPUT_TOKENS = 32_768
+MAX_SEQUENCE_TOKENS = 49_152
+MAX_ANSWER_CHARS = 16_000
+"""About 4K tokens: far more than a QA answer needs, far less than would crowd the judge's context."""
+MAX_QUESTION_CHARS = 4_000
+REFERENCE_FIELDS = ("expected_answer", "answer")
+PROMPT_FIELDS = ("responses_create_params", "messages", "prompt")
+
+
+def reference_answer(row: dict[str, Any]) -> str:
+    """The row's reference answer (``expected_answer``, else ``answer``) as text; ``TaskError`` if none."""
+    for name in REFERENCE_FIELDS:
+        value = row.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TaskError(f"must be text (or a number), got {type(value).__name__}", name)
+        text = str(value).strip()
+        if not text:
+            raise TaskError("the reference answer is empty", name)
+        return text
+    raise TaskError("no reference answer: expected 'answer' (AA-LCR rows) or 'expected_answer'", "expected_answer")
+
+
+def judge_question(row: dict[str, Any]) -> str:
+    """The question shown to the judge: ``question``, else the tail of the last user message."""
+    value = row.get("question")
+    if value is not None:
+        if not isinstance(value, str) or not value.strip():
+            raise TaskError("must be non-empty text", "question")
+        return value.strip()
+    users = [m["content"] for m in prompt_messages(row) if m["role"] == "user" and m["content"].strip()]
+    if not users:
+        raise TaskError("no question: the row has no 'question' and its prompt no user message", "question")
+    text = users[-1].strip()
+    return text if len(text) <= MAX_QUESTION_CHARS else "[...] " + text[-MAX_QUESTION_CHARS:].lstrip()
+
+
+class LongContextQAEnv(JudgedEnv):
+    """Long-document QA scored by an LLM judge; see the module doc for rows, limits and rewards.
+
+    ``max_input_tokens``: the longest prompt a row may have (``None``: no limit); ``tokenizer``: a
+    local tokenizer (folder or cached name) for exact counts; ``judge_template``: ``"correctness"``
+    or ``"equivalence"``; ``swap_check``: the second, swapped judge pass; ``judge_max_tokens``: the
+    judge's reply budget (default: the template's, 16 or 1024 tokens); ``max_answer_chars``: longer
+    answers score 0 unjudged. Judge settings (``judge_url``, ...) are ``JudgedEnv``'s.
+    """
+
+    default_tasks: ClassVar[str | None] = "bundled:long_context/samples.jsonl"
+    max_episode_tokens: int | None = MAX_SEQUENCE_TOKENS
+
+    def __init__(
+        self,
+        tasks: Any = None,
+        *,
+        max_input_tokens: int | None = MAX_INPUT_TOKENS,
+        tokenizer: str | None = None,
+        judge_template: str = "correctness",
+        swap_check: bool = False,
+        judge_max_tokens: int | None = None,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
+        **kwargs: Any,
+    ):
+        if judge_template not in JUDGE_TEMPLATES:
+            raise ValueError(f"unknown judge_template {judge_template!r}; choose from {sorted(JUDGE_TEMPLATES)}")
+        if max_input_tokens is not None and max_input_tokens < 1:
+            raise ValueError("max_input_tokens must be at least 1 (or None for no limit)")
+        if judge_max_tokens is not None and judge_max_tokens < 1:
+            raise ValueError("judge_max_tokens must be at least 1")
+        if max_answer_chars < 1:
+            raise ValueError("max_answer_chars must be at least 1")
+        self.template = JUDGE_TEMPLATES[judge_template]
+        self.swap_check = bool(swap_check)
+        self.judge_max_tokens = judge_max_tokens or self.template.max_tokens
+        self.max_answer_chars = int(max_answer_chars)
+        self.max_input_tokens = max_input_tokens
+        self.counter = make_counter(tokenizer)
+        self.system_prompt = kwargs.get("system_prompt")  # counted with the prompt, before Env sets it
+        super().__init__(tasks, **kwargs)
+
+    def task_cache_key(self) -> tuple[Any, ...]:
+        """Rows kept depend on the input limit and on how tokens are counted, not only on the row."""
+        return (type(self), self.max_input_tokens, self.counter.how)
+
+    def load_task(self, row: dict[str, Any]) -> Task:
+        """Validate a row; a count made here is kept in the task's ``input_tokens`` (episodes reuse it)."""
+        task = super().load_task(row)
+        reference_answer(row)
+        judge_question(row)
+        recorded = recorded_tokens(row)
+        if self.max_input_tokens is None:
+            return task
+        field: str | None
+        if recorded is not None:
+            count, how, field = recorded, RECORDED, "input_tokens"
+        else:
+            count, how = self.counter.count(self.prompt(task)), self.counter.how
+            field = next((f for f in PROMPT_FIELDS if f in row), None)
+        if count > self.max_input_tokens:
+            raise TaskError(f"the input has {count:,} tokens ({how}), over the limit of "
+                            f"{self.max_input_tokens:,} (max_input_tokens)", field)
+        return task if recorded is not None else {**task, "input_tokens": count}
+
+    async def ascore(self, task: Task, answer: str) -> Reward:
+        answer = answer.strip()
+        info: dict[str, Any] = {"judge_template": self.template.name, "verdicts": []}
+        if not answer:
+            return Reward.zero("no final answer (the response is empty or only reasoning)", **info)
+        if len(answer) > self.max_answer_chars:
+            return Reward.zero(f"verifier limit: the answer has {len(answer):,} characters, over "
+                               f"max_answer_chars={self.max_answer_chars:,}", **info)
+        question, reference = judge_question(task), reference_answer(task)
+        passes = [(reference, answer), (answer, reference)] if self.swap_check else [(reference, answer)]
+        right_word, wrong_word = self.template.verdicts
+        for number, (key, candidate) in enumerate(passes):
+            try:
+                right = await self.ajudge(self.template.messages(question, key, candidate), self.template.parse)
+            except JudgeError as exc:
+                return Reward.failed(f"judge failed: {exc}", **info)
+            info["verdicts"].append(right_word if right else wrong_word)
+            if not right:
+                swapped = " in the swapped check (reference and answer exchanged)" if number else ""
+                return Reward.zero(f"the judge's verdict{swapped}: {wrong_word}", **info)
+        return Reward(1.0, info)

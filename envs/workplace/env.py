@@ -1,0 +1,228 @@
+"""``cascade/Workplace-v0``: multi-turn tool use over a simulated workplace, scored by the state it leaves.
+
+The workplace (WorkBench's five data sets and company directory, ``tables.py``) is fresh for each
+episode. Each model turn's ``<tool_call>`` blocks run against it through the 27 tools and come
+back as tool messages; the episode ends when the model replies without a tool call, or is cut at
+``max_turns`` (default 6: NeMo Gym's ``max_steps`` for workplace_assistant). Rows: ``task.py``.
+
+Turns: calls inside the ``<think>`` part are not run; a reply cut at the length limit runs none. At
+most ``max_calls_per_turn`` calls of one reply run, in order; the rest are not run and one error
+message says so (with their names, bounded), so a reply with 500 calls costs a bounded turn. A
+malformed ``<tool_call>`` block, an unknown tool or bad arguments get an ``Error: ...`` tool
+message, as a real tool would answer, and the episode goes on; an argument given as ``null`` is
+one not given (NeMo Gym's server drops them).
+
+Reward (NeMo Gym's outcome rule): the ground-truth calls run on a fresh copy of the tables and
+the final states are compared under ``compare.py``'s normalisation; 1 when equal, else 0 with the
+first differences as the reason. Read-only calls never change it. Beyond NeMo Gym:
+
+- a finished episode needs a final reply that is not empty (after the reasoning): a reply with
+  no answer never earns 1;
+- a question task (a row with ``expected_answer``, ``answer.py``) also needs its answer in that
+  reply, and no listed distractor: 1 only when the state is the expected one *and* the answer is
+  found, else 0 with a reason naming which failed. Without it a task that writes nothing would pay
+  any reply that changes nothing. NeMo Gym's rows have no such field and keep its state-only rule.
+
+Episodes cut before a final reply:
+
+- at the turn limit, the token budget, the deadline or a context overflow: scored on the state,
+  as NeMo Gym scores an episode that ran out of ``max_steps``, when the task needs writes and
+  asks no question; a task answered in the reply (its ground truth writes nothing, or it has an
+  ``expected_answer``) earns 0 with no reply;
+- when the generation was cut at the length limit: 0 (the overlong rule of DESIGN.md).
+
+A ground-truth call that fails on the configured tables rejects the row when the env loads its
+tasks (``on_bad_rows`` decides whether that raises or skips it), naming the file, line and id.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs.core import Completion, Message
+from cascade_envs.data import prompt_messages
+from cascade_envs.episode import Episode, Turn
+from cascade_envs.reasoning import split_reasoning
+
+from .compare import compare
+from .tables import Workplace
+from .task import AnnouncedTools, RowCache, WorkplaceTask, read_task
+from .toolset import make_toolbox, replay, without_nulls
+
+MAX_TURNS = 6
+"""NeMo Gym's ``max_steps`` for workplace_assistant (configs/workplace_assistant.yaml)."""
+MAX_CALLS_PER_TURN = 32
+MAX_LISTED_NAMES = 10
+
+
+@dataclass
+class WorkplaceEpisode:
+    """The state of one episode: its task, its own workplace, the tools it announces, call counts."""
+
+    task: WorkplaceTask
+    workplace: Workplace
+    calls: int = 0
+    errors: int = 0
+
+
+class WorkplaceEnv(Env):
+    """Tool use over a simulated workplace, rewarded when the final state is the expected one.
+
+    ``tables``: a tables folder (default: the bundled one, ``data/tables``) or a loaded
+    ``Workplace`` template. ``max_calls_per_turn``: calls of one reply that run (see the module
+    docstring). ``max_result_chars``: longest tool message (longer ones are cut, saying so).
+    """
+
+    default_tasks: ClassVar[str | None] = "bundled:workplace/tasks.jsonl"
+    max_turns = MAX_TURNS
+
+    def __init__(
+        self,
+        tasks: Any = None,
+        *,
+        tables: str | os.PathLike[str] | Workplace | None = None,
+        max_calls_per_turn: int = MAX_CALLS_PER_TURN,
+        max_result_chars: int = 20_000,
+        **kwargs: Any,
+    ):
+        if max_calls_per_turn < 1:
+            raise ValueError("max_calls_per_turn must be at least 1")
+        self.max_calls_per_turn = int(max_calls_per_turn)
+        self.workplace = tables if isinstance(tables, Workplace) else Workplace.load(tables or bundled_tables())
+        self.toolbox = make_toolbox(max_result_chars=max_result_chars)
+        self.tools = AnnouncedTools(self.toolbox)
+        self.rows = RowCache()
+        super().__init__(tasks, **kwargs)
+
+    def task_cache_key(self) -> tuple[Any, ...]:
+        """Whether a row loads depends on the tables too (its ground truth must run on them)."""
+        return (type(self), str(self.workplace.folder.resolve()))
+
+    # ----- rows ---------------------------------------------------------------------------------
+
+    def load_task(self, row: dict[str, Any]) -> Task:
+        """Check the row (``task.py``) and that its ground truth runs on this env's tables."""
+        self._read(row)
+        return row
+
+    def _read(self, row: dict[str, Any]) -> WorkplaceTask:
+        """The row, read and checked once (``RowCache``); ``TaskError`` when it is bad."""
+        task = self.rows.get(row)
+        if task is None:
+            task = read_task(row, self.tools)
+            self._expected(task)
+            self.rows.put(row, task)
+        return task
+
+    def prompt(self, task: Task) -> list[Message]:
+        """The row's messages (after ``system_prompt``, as ``Env.prompt``), with its own tool specs or ours."""
+        messages = prompt_messages(task)
+        if self.system_prompt and not (messages and messages[0]["role"] == "system"):
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        read = self._read(task)
+        return self.tools.announce(messages, read.toolbox, read.specs)
+
+    def _expected(self, task: WorkplaceTask) -> Workplace:
+        """A fresh workplace after the ground truth; ``TaskError`` if a call of it fails."""
+        workplace = self.workplace.fresh(task.now)
+        for index, result in enumerate(replay(task.toolbox, workplace, task.calls)):
+            if not result.ok:
+                raise TaskError(f"ground_truth[{index}] ({result.call.name}) fails on the tables in "
+                                f"{self.workplace.folder}: {result.error}", "ground_truth")
+        return workplace
+
+    # ----- episodes -----------------------------------------------------------------------------
+
+    async def on_reset(self, episode: Episode) -> None:
+        task = self._read(episode.task)
+        episode.state = WorkplaceEpisode(task, self.workplace.fresh(task.now))
+
+    async def on_end(self, episode: Episode) -> None:
+        episode.state = None
+
+    async def aturn(self, episode: Episode, completion: Completion) -> Turn:
+        if completion.truncated:  # cut mid-reply: run nothing; the base class ends the episode
+            return Turn()
+        split = split_reasoning(completion)
+        parsed = self.parse_tool_calls(split.answer)
+        if split.unterminated or not (parsed.calls or parsed.errors):
+            return Turn(done=True)
+        state: WorkplaceEpisode = episode.state
+        run, skipped = parsed.calls[: self.max_calls_per_turn], parsed.calls[self.max_calls_per_turn :]
+        observation: list[Message] = []
+        errors = len(parsed.errors)
+        for call in run:
+            result = await state.task.toolbox.acall(without_nulls(call), {"db": state.workplace})
+            errors += not result.ok
+            observation.append(result.message())
+        room = self.max_calls_per_turn - len(run)
+        observation += [_error_message(error) for error in parsed.errors[:room]]
+        ignored = len(skipped) + max(0, len(parsed.errors) - room)
+        if ignored:
+            observation.append(_error_message(self._over_limit(ignored, [c.name for c in skipped])))
+        state.calls += len(run)
+        state.errors += errors
+        return Turn(observation, info={"tool_calls": len(run), "tool_errors": errors})
+
+    def _over_limit(self, ignored: int, names: list[str]) -> str:
+        shown = ", ".join(names[:MAX_LISTED_NAMES]) + (", ..." if len(names) > MAX_LISTED_NAMES else "")
+        return (f"only the first {self.max_calls_per_turn} tool calls of a reply run; {ignored} more were not run"
+                + (f" ({shown})" if shown else ""))
+
+    # ----- rewards ------------------------------------------------------------------------------
+
+    async def ascore_episode(self, episode: Episode, answer: str) -> Reward:
+        state: WorkplaceEpisode | None = episode.state
+        if state is None:
+            return Reward.failed("the episode's workplace was released before it was scored")
+        if not answer.strip():
+            return Reward.zero("no final answer: the last reply is empty", **_counts(state))
+        return self._outcome(state, answer=answer)
+
+    async def atruncation_reward(self, episode: Episode, reason: str) -> Reward:
+        state: WorkplaceEpisode | None = episode.state
+        if state is None:
+            return Reward.failed(f"truncated ({reason}) after the episode's workplace was released")
+        if episode.final.truncated:
+            return Reward.zero(f"truncated: {reason}", **_counts(state))
+        if not state.task.writes or state.task.answer is not None:
+            return Reward.zero(f"truncated: {reason}; the task is answered in the final reply, and none came",
+                               **_counts(state))
+        return self._outcome(state, f"truncated: {reason}; ")
+
+    def _outcome(self, state: WorkplaceEpisode, prefix: str = "", answer: str = "") -> Reward:
+        """1 when the state is the expected one and, for a question task, ``answer`` states its answer."""
+        try:
+            expected = self._expected(state.task)
+        except TaskError as exc:  # the row loaded, so the tables or the row changed since
+            return Reward.failed(f"the ground truth no longer runs: {exc}")
+        verdict = compare(expected.snapshot(), state.workplace.snapshot())
+        info: dict[str, Any] = {**_counts(state), "differences": list(verdict.differences),
+                                "tables": list(verdict.tables)}
+        reasons, passed = [verdict.reason], verdict.equal
+        if state.task.answer is not None:
+            found, why = state.task.answer.check(answer)
+            info["answer_found"] = int(found)
+            reasons.append(why)
+            passed = passed and found
+        if passed:
+            return Reward(1.0, info, reason=prefix + "; ".join(reasons))
+        return Reward.zero(prefix + "; ".join(reasons), **info)
+
+
+def bundled_tables() -> Path:
+    """The tables folder shipped with the package (``envs/workplace/data/tables``)."""
+    return Path(str(resources.files("cascade_envs.envs.workplace").joinpath("data", "tables")))
+
+
+def _error_message(error: str) -> Message:
+    return {"role": "tool", "content": f"Error: {error}"}
+
+
+def _counts(state: WorkplaceEpisode) -> dict[str, int]:
+    return {"tool_calls": state.calls, "tool_errors": state.errors, "expected_writes": state.task.writes}

@@ -1,0 +1,46 @@
+"""An in-process judge for agentless tests: 10 when the candidate changes exactly the reference's lines, else 0.
+
+It reads the judge prompt the env writes, so it also checks that the prompt carries both patches.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+FIX = """<think>Reserving all available units must work: the comparison is off by one.</think>
+```python
+### warehouse/stock.py
+<<<<<<< SEARCH
+        if quantity >= level.available:
+=======
+        if quantity > level.available:
+>>>>>>> REPLACE
+```"""
+"""The reference fix of the first bundled sample (northwind__warehouse-142) as an answer."""
+WRONG_FIX = FIX.replace("quantity > level.available", "quantity > level.available + 1")
+
+
+def changed_lines(patch: str) -> list[str]:
+    return [line for line in patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+class ReferenceJudge:
+    """A ``Judge``: compares the ``<candidate_patch>`` of the prompt with its ``<reference_patch>``."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def acomplete(self, messages: list[dict[str, Any]], *, max_tokens: int | None = None,
+                        temperature: float = 0.0, top_p: float = 1.0) -> str:
+        self.calls += 1
+        prompt = messages[-1]["content"]
+        reference = re.search(r"<reference_patch>\n(.*?)\n</reference_patch>", prompt, re.DOTALL)
+        candidate = re.search(r"<candidate_patch>\n(.*?)\n</candidate_patch>", prompt, re.DOTALL)
+        if reference is None or candidate is None:
+            return "I cannot find the patches."
+        same = changed_lines(reference.group(1)) == changed_lines(candidate.group(1))
+        return f"The candidate {'matches' if same else 'differs from'} the reference.\nSCORE: {10 if same else 0}"
+
+    async def aclose(self) -> None:
+        pass
