@@ -5,7 +5,7 @@ It speaks the subset of the OpenAI API a judge client needs: ``GET /v1/models`` 
 ``stop``; no streaming, ``n = 1``). Concurrent requests are micro-batched by ``HFPolicy``; at most
 ``max_queue`` wait or run at once (beyond that: ``429``), and a request not answered within
 ``request_timeout_s`` gets ``504``. The HTTP layer (body limit, idle and request-arrival timeouts,
-malformed HTTP) is the verification service's.
+malformed HTTP) is the kernel's ``cascade_envs.http_server``.
 
 A 135M model is a poor judge: its verdicts are close to noise. It exists so that every judged env
 runs end to end (prompt, parse, aggregate, mask) on a laptop with no external service; use
@@ -24,15 +24,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from ..core import CascadeError, Completion, Message
+from ..http_server import IDLE_TIMEOUT_S, MAX_BODY_MB, REQUEST_TIMEOUT_S, Limits, serve
 from ..policy import ContextOverflowError, Policy, PolicyError, SamplingParams
 from ..reasoning import split_reasoning
 from .base import SERVE_JUDGE_PORT
-
-if TYPE_CHECKING:
-    from ..envs.code.service import VerifyService
 
 log = logging.getLogger("cascade_envs.judges.server")
 DEFAULT_MAX_TOKENS = 512
@@ -71,7 +69,7 @@ class ChatService:
         self.max_tokens, self.max_queue, self.request_timeout_s = max_tokens, max_queue, request_timeout_s
         self.stats = {"in_flight": 0, "served": 0, "rejected": 0, "timed_out": 0, "failed": 0}
 
-    async def handle(self, method: str, path: str, body: bytes | bytearray) -> tuple[int, dict[str, Any]]:
+    async def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
         route = path.rstrip("/").removeprefix("/v1")
         try:
             if (method, route) == ("GET", "/models"):
@@ -87,11 +85,11 @@ class ChatService:
             log.exception("request failed")
             return 500, BadRequest(500, f"{type(exc).__name__}: {exc}").body()
 
-    def parse(self, body: bytes | bytearray) -> ChatRequest:
+    def parse(self, body: bytes) -> ChatRequest:
         """Validate a chat-completions body; ``BadRequest`` naming the field."""
         try:
             data = json.loads(body, parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, bad UTF-8, NaN, nested too deeply
             raise BadRequest(400, f"the body is not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise BadRequest(400, "the body must be a JSON object")
@@ -214,19 +212,14 @@ def load_policy(model: str, *, device: str | None = None, max_batch_size: int = 
 
 
 async def start_server(service: ChatService, host: str = "127.0.0.1", port: int = SERVE_JUDGE_PORT, *,
-                       max_body_mb: float = 8.0, idle_timeout_s: float = 30.0,
-                       request_timeout_s: float = 60.0) -> asyncio.Server:
-    """Serve ``service`` on ``host:port`` (0: a free port) with the verification service's HTTP layer.
+                       max_body_mb: float = MAX_BODY_MB, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                       request_timeout_s: float = REQUEST_TIMEOUT_S) -> asyncio.Server:
+    """Serve ``service`` on ``host:port`` (0: a free port) with the kernel's HTTP layer.
 
     ``request_timeout_s`` here bounds the arrival of a request (408); the reply's own bound is the
     service's.
     """
-    from ..envs.code.service import Limits, _serve_connection
-
-    limits = Limits(max_body_mb, idle_timeout_s, request_timeout_s)
-    handler = cast("VerifyService", service)  # the HTTP layer only calls ``handle``
-    return await asyncio.start_server(lambda r, w: _serve_connection(handler, r, w, limits), host, port,
-                                      limit=1 << 20)
+    return await serve(service, host, port, Limits(max_body_mb, idle_timeout_s, request_timeout_s))
 
 
 def serve_judge(host: str = "127.0.0.1", port: int = SERVE_JUDGE_PORT, model: str = "embedded", *,

@@ -10,8 +10,9 @@ its deadline gets ``503``/``504``. Start it with ``cascade-envs serve-sandbox``.
 
 Bad requests get ``400`` with the field named (``{"error": ..., "field": "config.time_limit_s"}``),
 never a ``500`` with a Python exception: mistyped fields, NaN/Infinity literals, JSON nested too
-deeply. A body over ``max_body_mb`` (8 MiB by default) gets ``413``; a connection silent for ``idle_timeout_s`` (30 s) is closed, and a request
-that takes longer than ``request_timeout_s`` (60 s) to arrive gets ``408``. Parsing, task
+deeply. The HTTP layer is the kernel's ``cascade_envs.http_server``: a body over ``max_body_mb``
+(8 MiB by default) gets ``413``; a connection silent for ``idle_timeout_s`` (30 s) is closed, and a
+request that takes longer than ``request_timeout_s`` (60 s) to arrive gets ``408``. Parsing, task
 checks and code-block extraction run on a worker thread, so one large request cannot stall the
 event loop that serves the others.
 
@@ -32,9 +33,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-import h11
-
 from ...core import Reward, TaskError
+from ...http_server import IDLE_TIMEOUT_S, MAX_BODY_MB, REQUEST_TIMEOUT_S, Limits, serve
 from ...sandbox import get_sandbox
 from ...sandbox.results import File, SandboxError, normalise_files
 from .extract import as_answer, last_code_block
@@ -43,18 +43,6 @@ from .task import CodeTask, parse_code_task
 
 log = logging.getLogger("cascade_envs.envs.code.service")
 
-MAX_BODY_MB = 8.0
-"""Default request body limit: a task row with its tests and an answer (large test data travels
-zlib-packed, ``unit_tests.packed``). Parsing a body of this size holds the GIL for at most about half
-a second even when built to be slow. (It was 512 MiB, with a peak RSS of about four times the body.)"""
-IDLE_TIMEOUT_S = 30.0
-"""Default: a connection that sends nothing for this long (between or within requests) is closed."""
-REQUEST_TIMEOUT_S = 60.0
-"""Default: a request's headers and body must arrive within this long of its first byte (else 408)."""
-MAX_HEADER_BYTES = 1 << 20
-LINGER_S = 2.0
-"""After an early answer (413, 408) the rest of the request is read and dropped for up to this
-long, so the client sees the answer rather than a connection reset."""
 JUDGE_OVERRIDES = {f.name for f in fields(JudgeConfig)} - {"cpp_flags", "cache_size", "max_concurrency"}
 """``JudgeConfig`` fields a request's ``config`` may set (other keys are ignored)."""
 
@@ -101,7 +89,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def read_json(body: bytes | bytearray) -> dict[str, Any]:
+def read_json(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object; ``HTTPError(400)`` for anything else."""
     try:
         payload = json.loads(body or b"{}", parse_constant=_reject_constant, parse_float=_finite_float)
@@ -178,7 +166,7 @@ class VerifyService:
         self._slots = asyncio.Semaphore(self.workers)
         self.stats = {"running": 0, "queued": 0, "served": 0, "rejected": 0, "expired": 0, "errors": 0}
 
-    async def handle(self, method: str, path: str, body: bytes | bytearray) -> tuple[int, dict[str, Any]]:
+    async def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
         routes: dict[tuple[str, str], tuple[Callable[[dict[str, Any]], Any], Callable[[Any], Awaitable[dict]]]] = {
             ("POST", "/verify"): (self.prepare_verify, self._verify),
             ("POST", "/run"): (self.prepare_run, self._run),
@@ -302,119 +290,6 @@ class VerifyService:
         return await self._run(await asyncio.to_thread(self.prepare_run, payload))
 
 
-@dataclass(frozen=True)
-class Limits:
-    """The HTTP layer's limits (see the module docstring)."""
-
-    max_body_mb: float = MAX_BODY_MB
-    idle_timeout_s: float = IDLE_TIMEOUT_S
-    request_timeout_s: float = REQUEST_TIMEOUT_S
-
-    def __post_init__(self) -> None:
-        for name in ("max_body_mb", "idle_timeout_s", "request_timeout_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-    @property
-    def max_body(self) -> int:
-        return int(self.max_body_mb * (1 << 20))
-
-
-def _content_length(request: h11.Request) -> int | None:
-    for name, value in request.headers:
-        if name == b"content-length":
-            return int(value)  # h11 has checked it is a number
-    return None
-
-
-async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Read and drop what the client still sends, briefly, so it can read the answer sent early."""
-    with contextlib.suppress(Exception):
-        if writer.can_write_eof():
-            writer.write_eof()
-        end = time.monotonic() + LINGER_S
-        while (left := end - time.monotonic()) > 0:
-            chunk: bytes = await asyncio.wait_for(reader.read(1 << 16), left)
-            if not chunk:
-                break
-
-
-async def _serve_connection(service: VerifyService, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter, limits: Limits) -> None:
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
-    loop = asyncio.get_running_loop()
-    try:
-        while True:
-            request, body, started = None, bytearray(), None
-            status: int | None = None
-            answer: dict[str, Any] = {}
-            while status is None:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    wait = limits.idle_timeout_s
-                    if started is not None:
-                        wait = min(wait, started + limits.request_timeout_s - loop.time())
-                    try:
-                        data = await asyncio.wait_for(reader.read(1 << 16), max(wait, 0.0))
-                    except TimeoutError:
-                        if request is None:
-                            return  # idle, or headers that never completed: close without a word
-                        status, answer = 408, {"error": "the request did not arrive in time"}
-                        break
-                    if data and started is None:
-                        started = loop.time()
-                    conn.receive_data(data)
-                    if not data and conn.their_state is not h11.DONE:
-                        return
-                    continue
-                if isinstance(event, h11.ConnectionClosed):
-                    return
-                if isinstance(event, h11.Request):
-                    request = event
-                    started = loop.time() if started is None else started
-                    length = _content_length(event)
-                    if length is not None and length > limits.max_body:
-                        status, answer = 413, {"error": f"request body over the limit of {limits.max_body_mb:g} MiB"}
-                elif isinstance(event, h11.Data):
-                    if len(body) + len(event.data) > limits.max_body:
-                        status, answer = 413, {"error": f"request body over the limit of {limits.max_body_mb:g} MiB"}
-                    else:
-                        body += event.data
-                elif isinstance(event, h11.EndOfMessage):
-                    assert request is not None
-                    path = request.target.decode("latin-1").split("?", 1)[0]
-                    status, answer = await service.handle(request.method.decode("latin-1"), path, body)
-            early = conn.their_state is not h11.DONE  # answered before the whole request arrived
-            await _respond(conn, writer, status, answer, close=early)
-            if early:
-                await _linger(reader, writer)
-                return
-            if conn.our_state is h11.MUST_CLOSE:
-                return
-            conn.start_next_cycle()
-    except h11.RemoteProtocolError as exc:  # malformed HTTP: answer if h11 still lets us, then close
-        with contextlib.suppress(Exception):
-            await _respond(conn, writer, exc.error_status_hint, {"error": f"bad HTTP request: {exc}"}, close=True)
-    except (ConnectionError, asyncio.CancelledError):
-        return  # a broken client, or the server shutting down
-    finally:
-        writer.close()
-
-
-async def _respond(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, answer: dict[str, Any],
-                   close: bool = False) -> None:
-    data = json.dumps(answer).encode()
-    headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
-    if status in (429, 503):
-        headers.append(("retry-after", "1"))
-    if close:
-        headers.append(("connection", "close"))
-    writer.write(conn.send(h11.Response(status_code=status, headers=headers))
-                 + conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage()))
-    await writer.drain()
-
-
 async def start_server(host: str = "127.0.0.1", port: int = 8765, workers: int | None = None,
                        backend: str | None = None, max_queue: int | None = None, *,
                        max_body_mb: float = MAX_BODY_MB, idle_timeout_s: float = IDLE_TIMEOUT_S,
@@ -422,9 +297,7 @@ async def start_server(host: str = "127.0.0.1", port: int = 8765, workers: int |
     """Start serving on ``host:port`` (port 0 picks a free one) and return the server and service."""
     limits = Limits(max_body_mb, idle_timeout_s, request_timeout_s)
     service = VerifyService(workers, backend, max_queue)
-    server = await asyncio.start_server(lambda r, w: _serve_connection(service, r, w, limits), host, port,
-                                        limit=1 << 20)
-    return server, service
+    return await serve(service, host, port, limits), service
 
 
 class BackgroundService:

@@ -99,6 +99,7 @@ def test_models_and_unknown_routes():
 
 @pytest.mark.parametrize(("body", "status", "param", "words"), [
     (b"{not json", 400, None, "not JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, None, "not JSON"),
     (b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}', 400, None, "NaN is not valid JSON"),
     ([1, 2], 400, None, "JSON object"),
     ({"model": "gpt-4o", "messages": ASK}, 404, "model", "this server serves 'm'"),
