@@ -7,7 +7,11 @@ same group size, completion length, learning rate and reward, strictly on-policy
 ``num_iterations=1`` (one optimizer step per generation batch), which is this trainer's GRPO.
 Each side runs in its own subprocess (so peak RSS is its own), ``--repeats`` times, alternating
 with the other side; the fastest run of each side counts. The first step of a run is a warm-up and
-is not timed. A step covers generation, reward and the optimizer update on both sides.
+is not timed. A step covers generation, reward and the optimizer update on both sides. Both sides
+train on the same prompts in the same order (the draws of this trainer's seeded mix), stop on the
+same end tokens, and score a sample cut at the length cap with the env's truncation reward (0);
+time per generated token is reported next to time per step, since the two sides sample different
+lengths.
 
     python bench/bench_grpo_vs_trl.py [--steps 3] [--prompts 4] [--group 4] [--max-tokens 32] [--model tiny|embedded] [--repeats 2]
 """
@@ -16,14 +20,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_learning_vs_trl import (
+    prompt_order,
+    score_completions,
+    spawn,
+    training_config,
+    trl_completion,
+    trl_rows,
+    trl_trainer,
+)
 
 import cascade_envs
 from cascade_envs import Env, Reward
@@ -81,22 +92,16 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def register_bench_env() -> dict[str, Any]:
+    """Register ``bench/Reward-v0`` over ``PROMPTS``; the mix both sides draw their prompts from."""
+    cascade_envs.register("bench/Reward-v0", BenchEnv, tasks=[{"id": str(i), "prompt": p} for i, p in enumerate(PROMPTS)])
+    return {"bench/Reward-v0": 1.0}
+
+
 def run_ours(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, Any]:
-    from cascade_envs.trainer.config import config_from_dict
     from cascade_envs.trainer.grpo import GRPOTrainer
 
-    cascade_envs.register("bench/Reward-v0", BenchEnv, tasks=[{"id": str(i), "prompt": p} for i, p in enumerate(PROMPTS)])
-    config = config_from_dict({
-        "model": {"path": str(model_dir), "dtype": "float32", "device": "cpu"},
-        "mix": {"envs": {"bench/Reward-v0": 1.0}},
-        "rollout": {"group_size": args.group, "prompts_per_step": args.prompts, "max_tokens": args.max_tokens,
-                    "dynamic_filtering": False, "max_rounds": 1,
-                    "engine_kwargs": {"max_batch_size": args.prompts * args.group}},
-        "optim": {"lr": 3e-6, "micro_batch_size": args.prompts * args.group},
-        "train": {"steps": args.steps, "output_dir": str(out), "save_every": 10**6, "tensorboard": False,
-                  "progress": False, "plot": False, "resume": False},
-    })
-    trainer = GRPOTrainer(config)
+    trainer = GRPOTrainer(training_config(args, str(model_dir), out, register_bench_env()))
     times, tokens = [], []
     for _ in range(args.steps):
         start = time.perf_counter()
@@ -108,17 +113,22 @@ def run_ours(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, 
 
 
 def run_trl(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, Any]:
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import TrainerCallback
 
+    from cascade_envs.data import prompt_messages
+    from cascade_envs.policies.decoding import end_token_ids
+
+    mix = register_bench_env()
+    order = prompt_order(mix, args.prompts * args.steps)  # the prompts ours draws, in its order
+    env = cascade_envs.make("bench/Reward-v0")
     n = args.prompts * args.group
-    rows = [{"prompt": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]} for i in range(args.prompts * args.steps)]
     tokens: list[int] = []
+    end_ids: set[int] = set()
 
-    def reward(completions: list, **_: Any) -> list[float]:
+    def reward(completions: list, completion_ids: list, task_json: list, **_: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return [reward_of(t) for t in texts]
+        samples = [trl_completion(t, ids, end_ids, args.max_tokens) for t, ids in zip(texts, completion_ids, strict=True)]
+        return score_completions(env, [json.loads(t) for t in task_json], samples)
 
     class Timer(TrainerCallback):
         def __init__(self) -> None:
@@ -135,22 +145,9 @@ def run_trl(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, A
             if logs and "completions/mean_length" in logs:
                 tokens.append(round(logs["completions/mean_length"] * n))
 
-    config = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=n, gradient_accumulation_steps=1, num_generations=args.group,
-        max_completion_length=args.max_tokens, loss_type="dapo", beta=0.0, num_iterations=1, learning_rate=3e-6,
-        temperature=1.0, top_p=1.0, max_steps=args.steps, logging_steps=1, report_to="none", save_strategy="no",
-        use_cpu=True, bf16=False, fp16=False, seed=0, shuffle_dataset=False, max_grad_norm=1.0,
-        weight_decay=0.0, lr_scheduler_type="constant", warmup_steps=0, dataloader_num_workers=0,
-    )
     timer = Timer()
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"),
-        reward_funcs=reward,
-        args=config,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=AutoTokenizer.from_pretrained(model_dir, padding_side="left"),
-        callbacks=[timer],
-    )
+    trainer = trl_trainer(args, str(model_dir), out, trl_rows(order, prompt_messages), reward, [timer])
+    end_ids.update(end_token_ids(trainer.model, trainer.processing_class))
     trainer.train()
     return {"step_s": timer.times, "generated_tokens": tokens, "peak_rss_mb": peak_rss_mb()}
 
@@ -164,16 +161,10 @@ def child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(result))
 
 
-def spawn(side: str, args: argparse.Namespace, model_dir: Path, tmp: Path) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--side", side, "--model-dir", str(model_dir), "--out", str(tmp / side),
-           "--steps", str(args.steps), "--prompts", str(args.prompts), "--group", str(args.group),
-           "--max-tokens", str(args.max_tokens)]
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        sys.exit(f"{side} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1].removeprefix("RESULT "))
+def run_side(side: str, args: argparse.Namespace, model_dir: Path, tmp: Path) -> dict[str, Any]:
+    argv = ["--model-dir", str(model_dir), "--out", str(tmp / side), "--steps", str(args.steps), "--prompts",
+            str(args.prompts), "--group", str(args.group), "--max-tokens", str(args.max_tokens), "--lr", str(args.lr)]
+    return spawn(__file__, side, argv, timeout_s=3600)
 
 
 def per_step(result: dict[str, Any]) -> float:
@@ -188,6 +179,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-6)
     parser.add_argument("--model", choices=["tiny", "embedded"], default="tiny")
     parser.add_argument("--repeats", type=int, default=2, help="runs per side, alternating; the fastest counts")
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
@@ -205,7 +197,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, Any]]] = {"ours": [], "trl": []}
         for _ in range(args.repeats):  # alternate the sides, so load from other processes hits both
             for side in runs:
-                runs[side].append(spawn(side, args, model_dir, tmp))
+                runs[side].append(run_side(side, args, model_dir, tmp))
         ours, trl = (min(runs[side], key=per_step) for side in ("ours", "trl"))
     import torch
     import trl as trl_module
@@ -219,7 +211,9 @@ def main() -> None:
     print(f"{'peak RSS (MiB)':<28}{ma:>14.0f}{mb:>14.0f}{mb / ma:>11.2f}x")
     ta = sum(ours["generated_tokens"][1:]) / max(len(ours["generated_tokens"]) - 1, 1)
     tb = sum(trl["generated_tokens"][1:]) / max(len(trl["generated_tokens"]) - 1, 1) if trl["generated_tokens"] else float("nan")
-    print(f"{'generated tokens per step':<28}{ta:>14.0f}{tb:>14.0f}")
+    print(f"{'generated tokens per step':<28}{ta:>14.0f}{tb:>14.0f}{tb / ta:>11.2f}x")
+    pa, pb = a / ta * 1e3, b / tb * 1e3
+    print(f"{'time per generated token (ms)':<28}{pa:>14.1f}{pb:>14.1f}{pb / pa:>11.2f}x")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ Design (checked against vLLM 0.32, V1 engine):
   ``sleep``/``wake_up`` log once and do nothing.
 
 Prompts, token ids and text follow ``HFPolicy`` (chat template; ``<think></think>`` appended in
-non-thinking mode; ids include the token that ended generation; text stops before EOS/stop string).
+non-thinking mode; every end-of-sequence token of the tokenizer ends a sample; ids include the token
+that ended generation; text stops before EOS/stop string).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any
 
 from .._extras import require
 from ..core import CascadeError, Completion, Message
+from ..policies.decoding import end_token_ids
 from ..policy import PolicyError, SamplingParams, render_chat_prompt
 from .engine import RolloutEngine
 
@@ -122,6 +124,8 @@ class VLLMEngine(RolloutEngine):
         # A tokenizer object (the trainer's) renders prompts exactly as the trainer sees them.
         given = tokenizer is not None and not isinstance(tokenizer, (str, Path))
         self.tokenizer = tokenizer if given else self.llm.get_tokenizer()
+        # Every end-of-sequence token ends a sample, as in HFPolicy (vLLM alone stops on one EOS).
+        self.end_token_ids = sorted(end_token_ids(trainer_model, self.tokenizer))
         config = self._engine.vllm_config
         self.dtype = config.model_config.dtype
         self.device = config.device_config.device
@@ -159,6 +163,7 @@ class VLLMEngine(RolloutEngine):
             top_p=float(sampling.top_p),
             seed=sampling.seed,
             stop=[s for s in stops if s] or None,
+            stop_token_ids=self.end_token_ids or None,
             logprobs=0,  # the sampled token's logprob only
             skip_special_tokens=False,
             spaces_between_special_tokens=False,

@@ -14,12 +14,15 @@ shapes which token is drawn but is not renormalised into the reported logprob.
 
 Token ids include the token that ended generation (EOS, or the token that completed a stop string);
 the text leaves out the EOS token and everything from the stop string on (OpenAI semantics).
+EOS means every end-of-sequence token of the model and tokenizer (``end_token_ids``): chat models
+often declare one (``<|im_end|>``) but also end with another (``<|endoftext|>``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import (
@@ -34,6 +37,44 @@ from ..core import Completion
 
 Decode = Callable[[list[int]], str]
 """Token ids to text, special tokens kept (a thread-safe wrapper around the tokenizer)."""
+
+
+# Special tokens that end a sequence in the common chat and base vocabularies. A tokenizer's token
+# counts only when it is one of its special tokens, so a plain-text "</s>" never ends anything.
+END_OF_SEQUENCE_TOKENS = (
+    "<|endoftext|>",  # GPT-2/SmolLM/Qwen document end
+    "<|im_end|>",  # ChatML turn end
+    "<|end_of_text|>",  # Llama 3 document end
+    "<|eot_id|>",  # Llama 3 turn end
+    "<|eom_id|>",  # Llama 3 tool-call turn end
+    "<end_of_turn>",  # Gemma turn end
+    "<|end|>",  # Phi-3 turn end
+    "<eos>",  # Gemma document end
+    "</s>",  # Llama 2 / Mistral document end
+)
+
+
+def end_token_ids(model: object, tokenizer: Any) -> set[int]:
+    """Every id that ends generation: the model's generation config and config EOS ids, the
+    tokenizer's EOS token, and each of the tokenizer's special tokens in ``END_OF_SEQUENCE_TOKENS``."""
+    ids: set[int] = set()
+    for config in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        declared = getattr(config, "eos_token_id", None)
+        if isinstance(declared, int):
+            ids.add(declared)
+        elif isinstance(declared, (list, tuple)):
+            ids.update(int(i) for i in declared)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    special = set(getattr(tokenizer, "all_special_tokens", ()))
+    for added in getattr(tokenizer, "added_tokens_decoder", {}).values():
+        if getattr(added, "special", False):
+            special.add(str(added))
+    for token in special.intersection(END_OF_SEQUENCE_TOKENS):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and tokenizer.convert_ids_to_tokens(token_id) == token:
+            ids.add(token_id)
+    return ids
 
 
 @dataclass

@@ -32,7 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel  #
 
 from ..core import CascadeError, Completion, Message  # noqa: E402
 from ..policy import ContextOverflowError, PolicyError, SamplingParams, render_chat_prompt  # noqa: E402
-from .decoding import GenRequest, generate_batch  # noqa: E402
+from .decoding import GenRequest, end_token_ids, generate_batch  # noqa: E402
 
 _SEED_MOD = 2**63
 
@@ -81,7 +81,7 @@ class HFPolicy:
         self.model: PreTrainedModel = loaded
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
-        self.eos_token_ids = _eos_ids(loaded, tokenizer)
+        self.eos_token_ids = end_token_ids(loaded, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id: int = pad if pad is not None else min(self.eos_token_ids, default=0)
         self._model_lock = threading.Lock()
@@ -303,16 +303,3 @@ def _module(model: PreTrainedModel) -> torch.nn.Module:
     ``PreTrainedModel.to`` through ``functools.wraps``, which a type checker cannot bind as a
     method. The call still runs ``PreTrainedModel.to``."""
     return model
-
-
-def _eos_ids(model: PreTrainedModel, tokenizer: Any) -> set[int]:
-    """End-of-sequence ids: the model's generation config plus the tokenizer's EOS token."""
-    ids: set[int] = set()
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(config_eos, int):
-        ids.add(config_eos)
-    elif isinstance(config_eos, (list, tuple)):
-        ids.update(int(i) for i in config_eos)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return ids

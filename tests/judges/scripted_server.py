@@ -1,16 +1,20 @@
 """A real local chat-completions server whose replies a test scripts, one step per request.
 
 ``ScriptedChatServer(steps, default=Step(...))``: the n-th ``POST .../chat/completions`` is answered
-by ``steps[n]`` (then by ``default``): a reply text after ``delay_s``, or an HTTP status, a raw
-body, or a JSON body of the test's choosing. It records the requests, their headers, and the most
-requests it had in flight at once. ``GET .../models`` lists ``models``.
+by ``steps[n]`` (then by ``default``), or, when ``steps`` is a function of the request body, by the
+``Step`` it returns: a reply text after ``delay_s``, or an HTTP status, a raw body, or a JSON body of
+the test's choosing. It records the requests, their headers, and the most requests it had in flight
+at once. ``GET .../models`` lists ``models``. A client that gives up on a slow reply is no error; a
+script or handler that raises fails the test when the server's ``with`` block ends.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,6 +29,10 @@ class Step:
     raw: bytes | None = None
     body: Any = None
     delay_s: float = 0.0
+
+
+StepScript = Callable[[dict[str, Any]], Step]
+"""Given a request body, the ``Step`` that answers it."""
 
 
 def completion(content: Any, **message: Any) -> dict[str, Any]:
@@ -70,15 +78,21 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ScriptedChatServer(ThreadingHTTPServer):
-    daemon_threads = True
+    """Answers chat completions as ``steps`` say: a list (then ``default``) or a ``StepScript``."""
 
-    def __init__(self, steps: list[Step] | None = None, *, default: Step = Step(), models: tuple[str, ...] = ("judge",)):
+    daemon_threads = True
+    block_on_close = False  # slow scripted replies may still be sleeping when a test ends
+
+    def __init__(self, steps: Sequence[Step] | StepScript | None = None, *, default: Step = Step(),
+                 models: tuple[str, ...] = ("judge",)):
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.steps, self.default, self.models = list(steps or []), default, list(models)
+        self.steps: list[Step] | StepScript = steps if callable(steps) else list(steps or [])
+        self.default, self.models = default, list(models)
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.model_lookups = 0
         self.in_flight = self.max_in_flight = 0
+        self.errors: list[BaseException] = []
         self.lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
 
@@ -87,16 +101,25 @@ class ScriptedChatServer(ThreadingHTTPServer):
             index = len(self.requests)
             self.requests.append(request)
             self.headers.append(headers)
+            step = self._step_for(request, index)  # under the lock: scripts may count what they saw
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            return self.steps[index] if index < len(self.steps) else self.default
+            return step
+
+    def _step_for(self, request: dict[str, Any], index: int) -> Step:
+        if callable(self.steps):
+            return self.steps(request)
+        return self.steps[index] if index < len(self.steps) else self.default
 
     def end(self) -> None:
         with self.lock:
             self.in_flight -= 1
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # clients that time out on purpose close their socket early
+        error = sys.exc_info()[1]
+        if error is not None and not isinstance(error, OSError):  # OSError: a client gave up on a slow reply
+            with self.lock:
+                self.errors.append(error)
 
     @property
     def url(self) -> str:
@@ -109,3 +132,5 @@ class ScriptedChatServer(ThreadingHTTPServer):
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
         self.server_close()
+        if self.errors and not any(exc):  # the test's own failure, if any, says more
+            raise AssertionError(f"the scripted server failed: {self.errors[0]!r}") from self.errors[0]

@@ -1,19 +1,16 @@
 """Scripted GenRM judges for the tests: a rubric judge for "Which is larger, 9.11 or 9.9?".
 
-``RubricJudge`` answers in-process (a ``Judge`` object); ``ScriptedJudgeServer`` is a real local HTTP
-server speaking the chat-completions API whose replies a test scripts per request (the rubric by
-default; 5xx, latency, garbage bodies or unparseable replies where the test says so).
+``RubricJudge`` answers in-process (a ``Judge`` object); ``rubric_step`` is the rubric's answer as a
+``Step`` of ``tests.judges.scripted_server.ScriptedChatServer`` (a real local HTTP server), which a
+test's script replaces with 5xx, latency, garbage bodies or unparseable replies where it says so.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.judges.scripted_server import Step
 
 QUESTION = "Which is larger, 9.11 or 9.9? Answer briefly."
 ROW = {"id": "larger", "responses_create_params": {"input": [{"role": "user", "content": QUESTION}]}}
@@ -73,6 +70,11 @@ def rubric_reply(messages: list[dict[str, Any]]) -> str:
     return json_reply(*verdict) if roles else sectioned_reply(*verdict)
 
 
+def rubric_step(request: dict[str, Any], delay_s: float = 0.0) -> Step:
+    """The rubric's reply to a chat-completions request body, after ``delay_s``."""
+    return Step(rubric_reply(request["messages"]), delay_s=delay_s)
+
+
 class RubricJudge:
     """An in-process ``Judge`` giving the rubric's verdicts; ``calls`` records each request."""
 
@@ -87,67 +89,3 @@ class RubricJudge:
 
     async def aclose(self) -> None:
         pass
-
-
-Script = Callable[[dict[str, Any]], "str | tuple[int, bytes] | float"]
-"""Given a request body: the reply text; or ``(status, raw body)``; or a delay in seconds, then the
-rubric's reply."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: ScriptedJudgeServer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        with self.server.lock:
-            self.server.requests.append(request)
-        action = self.server.script(request)
-        if isinstance(action, float):
-            time.sleep(action)
-            action = rubric_reply(request["messages"])
-        if isinstance(action, tuple):
-            status, body = action
-        else:
-            status = 200
-            body = json.dumps({"id": "x", "object": "chat.completion", "model": request["model"], "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": action}, "finish_reason": "stop"}]}).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:
-            pass  # the client gave up on a slow reply
-
-
-class ScriptedJudgeServer(ThreadingHTTPServer):
-    """A chat-completions server answering each request as ``script`` says (default: the rubric)."""
-
-    daemon_threads = True
-    block_on_close = False  # slow scripted replies may still be sleeping when a test ends
-
-    def __init__(self, script: Script | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script: Script = script or (lambda request: rubric_reply(request["messages"]))
-        self.requests: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def __enter__(self) -> ScriptedJudgeServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-        self.server_close()

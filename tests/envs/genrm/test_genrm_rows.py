@@ -16,8 +16,9 @@ import pytest
 
 from cascade_envs.env import run_sync
 from cascade_envs.envs.genrm.env import GenRMEnv
+from tests.judges.scripted_server import ScriptedChatServer, Step
 
-from .scripted import RubricJudge, ScriptedJudgeServer, responses_of
+from .scripted import RubricJudge, responses_of
 
 UPSTREAM_DEFAULTS = {"strategy": "circular", "reasoning_bonus": 0.0, "answer_bonus": 0.0,
                      "reasoning_length_coeff": 0.0, "answer_length_coeff": 0.0}
@@ -72,17 +73,17 @@ def test_the_public_rollouts_record_no_judge_replies_to_replay(shared_data):
 
 
 def scripted_verdicts(fail: tuple[int, int] | None = None):
-    def script(request: dict) -> str:
+    def script(request: dict) -> Step:
         first, second = responses_of(request["messages"])
         pair = (ANSWERS.index(first), ANSWERS.index(second))
-        return "I cannot decide." if pair == fail else VERDICTS[pair]
+        return Step("I cannot decide." if pair == fail else VERDICTS[pair])
     return script
 
 
 def score_unit_testing_row(shared_data, script, **kwargs):
     row = read_rows(shared_data, "example.jsonl")[4]
     assert row["responses_create_params"]["input"][0]["content"] == "List two benefits of unit testing."
-    with ScriptedJudgeServer(script) as server:
+    with ScriptedChatServer(script) as server:
         env = GenRMEnv([], judge_url=server.url, judge_model="genrm", prompt_format="roles", **UPSTREAM_DEFAULTS,
                        **kwargs)
         try:
