@@ -8,10 +8,10 @@ same group size, completion length, learning rate and reward, strictly on-policy
 Each side runs in its own subprocess (so peak RSS is its own), ``--repeats`` times, alternating
 with the other side; the fastest run of each side counts. The first step of a run is a warm-up and
 is not timed. A step covers generation, reward and the optimizer update on both sides. Both sides
-train on the same prompts in the same order (the draws of this trainer's seeded mix), stop on the
-same end tokens, and score a sample cut at the length cap with the env's truncation reward (0);
-time per generated token is reported next to time per step, since the two sides sample different
-lengths.
+train on the same prompts in the same order (the draws of this trainer's seeded mix; no
+oversampling here, so each step plays exactly ``--prompts`` prompts), stop on the same end
+tokens, and score a sample cut at the length cap with the env's truncation reward (0); time per
+generated token is reported next to time per step, since the two sides sample different lengths.
 
     python bench/bench_grpo_vs_trl.py [--steps 3] [--prompts 4] [--group 4] [--max-tokens 32] [--model tiny|embedded] [--repeats 2]
 """
@@ -101,7 +101,9 @@ def register_bench_env() -> dict[str, Any]:
 def run_ours(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, Any]:
     from cascade_envs.trainer.grpo import GRPOTrainer
 
-    trainer = GRPOTrainer(training_config(args, str(model_dir), out, register_bench_env()))
+    config = training_config(args, str(model_dir), out, register_bench_env())
+    config.rollout.max_oversampling = 1.0  # play exactly the step's prompts, as TRL does (equal work)
+    trainer = GRPOTrainer(config)
     times, tokens = [], []
     for _ in range(args.steps):
         start = time.perf_counter()

@@ -1,7 +1,11 @@
-"""Does GRPO learn? A seeded run prints its reward curve: initial policy vs. trained policy.
+"""Plumbing check: does a GRPO step push the reward the right way? Not a learning benchmark.
 
-Default: the tiny randomly initialised model of the trainer tests on the SayYes env (reward: the
-fraction of the answer's words that are "yes"), 60 steps, about a minute on 2 CPU cores. With
+A seeded run prints its reward curve, initial policy vs. trained policy. Default: the tiny
+randomly initialised model of the trainer tests on the SayYes env (reward: the fraction of the
+answer's words that are "yes"), 60 steps at a large learning rate, about a minute on 2 CPU cores.
+A rise shows that the gradient has the right sign end to end (rollouts, advantages, loss,
+optimizer), nothing more: the toy learns to say "yes" whatever the prompt. For learning on a real
+env with the real model, against TRL, see ``bench_learning_vs_trl.py``. With
 ``--model PATH --env ID`` it runs any local model on any registered env (e.g. the embedded
 SmolLM2-135M-Instruct on ``cascade/MCQA-v0`` on a GPU machine). The reference is the starting
 policy: the mean reward of the first steps, against the mean of the last steps.
@@ -65,6 +69,7 @@ def main() -> None:
     first, last = sum(rewards[:w]) / w, sum(rewards[-w:]) / w
     print(f"\nmodel={args.model} env={args.env} steps={args.steps} lr={args.lr} seed={args.seed} "
           f"({elapsed:.1f} s, {elapsed / args.steps:.2f} s/step)")
+    print("plumbing check (gradient sign on a toy reward), not a learning claim")
     print(f"{'':<30}{'initial policy':>16}{'after GRPO':>12}{'ratio':>8}")
     ratio = f"{last / first:.1f}x" if first > 0 else "inf"
     print(f"{'mean reward (first/last ' + str(w) + ')':<30}{first:>16.3f}{last:>12.3f}{ratio:>8}")

@@ -9,12 +9,19 @@ One call of ``BatchBuilder.build`` produces the training batch of one step:
    filtering drops groups whose rewards are all equal, ``rollout.mask_groups_below`` groups where
    no rollout scores above a threshold), and then fresh prompts are drawn, until
    the batch holds ``prompts_per_step`` groups or ``max_rounds`` rounds are spent;
+   each round oversamples: it plays as many prompts as fill the shortfall at the keep rate seen so
+   far (``KeepRate``, at most ``max_oversampling`` times the shortfall), so a step rarely needs a
+   second round and no round is a tiny generation batch. Kept groups beyond ``prompts_per_step``
+   are not trained on (``groups_surplus``). Every round of a step uses the same weights, so the
+   batch stays strictly on-policy;
 4. the training sequences of each kept episode's ``Trajectory`` (one per episode when the chat
    template allows it, with env tokens masked), each with its episode's advantage.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +31,8 @@ from ..mix import EnvMix
 from ..policy import Policy, SamplingParams
 from ..rollout.runner import EpisodeResult, GroupResult, RolloutRunner
 from .strategies import BELOW_THRESHOLD, FILTERED, LossStrategy
+
+log = logging.getLogger("cascade_envs.trainer")
 
 
 @dataclass
@@ -57,11 +66,15 @@ class RolloutBatch:
     """The kept groups."""
     played: list[GroupResult] = field(default_factory=list)
     """Every group played this step, filtered ones included."""
+    asked: int = 0
+    """``prompts_per_step``: the groups the step asked for."""
     rounds: int = 0
     groups_filtered: int = 0
     groups_below_threshold: int = 0
     """Groups left out because no rollout scored above ``rollout.mask_groups_below``."""
     groups_masked: int = 0
+    groups_surplus: int = 0
+    """Kept groups played by oversampling beyond ``asked``: not trained on."""
     samples_masked: int = 0
     generation_s: float = 0.0
     rollout_s: float = 0.0
@@ -76,6 +89,38 @@ class RolloutBatch:
     @property
     def filtered_fraction(self) -> float:
         return self.groups_filtered / max(len(self.played), 1)
+
+    @property
+    def fill_ratio(self) -> float:
+        """Groups trained on / groups asked for (1.0: a full batch)."""
+        return len(self.groups) / max(self.asked, 1)
+
+
+class KeepRate:
+    """Running estimate of the share of played groups the strategy keeps, to size each round.
+
+    An exponential moving average over rounds (``smoothing``: the weight of the newest round),
+    seeded at ``initial`` (below 1, so the first step already oversamples a little) and never
+    below ``1 / max_oversampling``, which bounds how many prompts a round plays.
+    """
+
+    def __init__(self, max_oversampling: float, initial: float = 0.75, smoothing: float = 0.5):
+        if max_oversampling < 1:
+            raise ValueError(f"max_oversampling must be at least 1, got {max_oversampling}")
+        self.max_oversampling = max_oversampling
+        self.smoothing = smoothing
+        self.value = self.bounded(initial)
+
+    def bounded(self, rate: float) -> float:
+        return min(1.0, max(rate, 1.0 / self.max_oversampling))
+
+    def update(self, kept: int, played: int) -> None:
+        if played:
+            self.value = self.bounded(self.smoothing * kept / played + (1 - self.smoothing) * self.value)
+
+    def prompts_for(self, needed: int) -> int:
+        """Prompts to play so that about ``needed`` groups are kept: at least ``needed``."""
+        return max(needed, min(round(needed / self.value), math.floor(needed * self.max_oversampling)))
 
 
 def episode_problem(episode: EpisodeResult) -> str | None:
@@ -107,6 +152,7 @@ class BatchBuilder:
         group_size: int,
         prompts_per_step: int,
         max_rounds: int = 4,
+        max_oversampling: float = 2.0,
         concurrency: int = 256,
         results_path: Any = None,
     ):
@@ -114,6 +160,8 @@ class BatchBuilder:
         self.strategy = strategy
         self.prompts_per_step = prompts_per_step
         self.max_rounds = max_rounds
+        self.keep_rate = KeepRate(max_oversampling)
+        self._warned_short = False
         self.runner = RolloutRunner(
             policy,
             sampling=sampling,
@@ -123,21 +171,39 @@ class BatchBuilder:
             results_path=results_path,
         )
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to size its rounds as the first session would have."""
+        return {"keep_rate": self.keep_rate.value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.keep_rate.value = self.keep_rate.bounded(float(state["keep_rate"]))
+
     def build(self) -> RolloutBatch:
-        batch = RolloutBatch()
+        batch = RolloutBatch(asked=self.prompts_per_step)
         start, busy = time.perf_counter(), self.runner.generation_s
         while len(batch.groups) < self.prompts_per_step and batch.rounds < self.max_rounds:
             batch.rounds += 1
-            played = self.runner.run(self.mix.sample(self.prompts_per_step - len(batch.groups)))
-            for group in played:
-                batch.played.append(group)
-                self._add_group(batch, group)
+            needed = self.prompts_per_step - len(batch.groups)
+            played = self.runner.run(self.mix.sample(self.keep_rate.prompts_for(needed)))
+            batch.played.extend(played)
+            kept = sum(self._add_group(batch, group) for group in played)
+            self.keep_rate.update(kept, len(played))
         batch.rollout_s = time.perf_counter() - start
         batch.generation_s = self.runner.generation_s - busy
         batch.generated_tokens = sum(e.trajectory.completion_tokens for g in batch.played for e in g.episodes)
+        if not batch.empty and batch.fill_ratio < 1 and not self._warned_short:
+            self._warned_short = True
+            log.warning(
+                "a step trained on %d of %d groups (fill ratio %.2f) after %d rollout round(s): too many groups "
+                "had no learning signal. Raise rollout.max_oversampling (now %g) or rollout.max_rounds (now %d) "
+                "for full batches; batch/fill_ratio in metrics.jsonl tracks it (this warning is shown once)",
+                len(batch.groups), batch.asked, batch.fill_ratio, batch.rounds,
+                self.keep_rate.max_oversampling, self.max_rounds,
+            )
         return batch
 
-    def _add_group(self, batch: RolloutBatch, group: GroupResult) -> None:
+    def _add_group(self, batch: RolloutBatch, group: GroupResult) -> bool:
+        """Count the group in ``batch`` and add its sequences while the batch has room; whether it is kept."""
         problems = [episode_problem(e) for e in group.episodes]
         valid = [p is None for p in problems]
         batch.samples_masked += valid.count(False)
@@ -150,7 +216,10 @@ class BatchBuilder:
                 batch.groups_below_threshold += 1
             else:
                 batch.groups_masked += 1
-            return
+            return False
+        if len(batch.groups) >= self.prompts_per_step:
+            batch.groups_surplus += 1
+            return True
         batch.groups.append(group)
         for episode, ok, advantage in zip(group.episodes, valid, advantages, strict=True):
             if not ok:
@@ -159,3 +228,4 @@ class BatchBuilder:
                 batch.sequences.append(
                     TrainSequence(seq.prompt_ids, seq.response_ids, float(advantage), group.env_id, seq.logprobs, seq.loss_mask)
                 )
+        return True

@@ -20,7 +20,7 @@ def train_main(config_path: str | None, overrides: list[str]) -> int:
     from transformers.utils import logging as hf_logging
 
     from .grpo import GRPOTrainer
-    from .metrics import plot_rewards, reward_table
+    from .metrics import heldout_line, plot_rewards, reward_table
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     hf_logging.disable_progress_bar()  # weight loading/saving bars would break up the step bar
@@ -42,6 +42,9 @@ def train_main(config_path: str | None, overrides: list[str]) -> int:
     if skipped:
         print(f"{skipped} step(s) skipped: no group had a learning signal (all-equal rewards or masked samples; "
               "see metrics.jsonl)")
+    line = heldout_line(trainer.heldout)
+    if line:
+        print(line)
     if config.train.plot:
         png = plot_rewards(history, trainer.output_dir / "rewards.png")
         if png:

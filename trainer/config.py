@@ -73,6 +73,9 @@ class RolloutConfig:
     replaced by fresh prompts while ``max_rounds`` allows (``max_rounds: 1`` only masks it)."""
     max_rounds: int = 4
     """Rollout rounds per step to fill the batch with informative groups."""
+    max_oversampling: float = 2.0
+    """Each round plays the missing groups divided by the keep rate seen so far (the share of groups
+    not filtered out), at most this many times the missing groups; 1 plays exactly the shortfall."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -106,12 +109,24 @@ class TrainConfig:
 
 
 @dataclass
+class HeldoutConfig:
+    """A held-out check of what the run learned: before the first step and after the last, every task
+    of ``env`` (made with ``kwargs``, e.g. its own ``tasks`` file, never one the mix trains on) is
+    answered once, greedily, with ``rollout.max_tokens``, and the mean reward is reported."""
+
+    env: str | None = None
+    """An env id (``null``: no held-out check)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     mix: MixConfig = field(default_factory=MixConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     algorithm: str = "grpo"
     """The loss strategy (``trainer/strategies.py``): ``grpo``, or one a plugin registered."""
     name: str = "grpo"
@@ -130,6 +145,19 @@ class Config:
             for env_kwargs in kwargs.values():
                 env_kwargs.setdefault("thinking", self.rollout.thinking)
         return weights, kwargs
+
+    def heldout_env(self) -> tuple[str, dict[str, Any]] | None:
+        """The held-out env id and its kwargs (``rollout.thinking`` applied), or ``None`` when unset."""
+        if self.heldout.env is None:
+            return None
+        try:
+            _, kwargs = parse_mix({self.heldout.env: {"weight": 1.0, "kwargs": self.heldout.kwargs}}, source="heldout")
+        except CascadeError as exc:
+            raise ConfigError(str(exc)) from None
+        env_kwargs = kwargs[self.heldout.env]
+        if self.rollout.thinking is not None:
+            env_kwargs.setdefault("thinking", self.rollout.thinking)
+        return self.heldout.env, env_kwargs
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -366,6 +394,7 @@ def validate(config: Config) -> None:
                high=o.lr if o.warmup_steps > 0 else None, hint=" (warmup climbs from it to optim.lr)")
     _number_in("rollout.temperature", r.temperature, low=0, hint=" (0 samples greedily)")
     _number_in("rollout.top_p", r.top_p, low=0, high=1, low_open=True)
+    _number_in("rollout.max_oversampling", r.max_oversampling, low=1, high=64)
     if r.mask_groups_below is not None and not _is_finite_number(r.mask_groups_below):
         raise ConfigError(f"rollout.mask_groups_below must be a finite number or null, got {r.mask_groups_below!r}")
 
@@ -384,6 +413,7 @@ def validate(config: Config) -> None:
         raise ConfigError(f"rollout.engine must be 'hf' or 'vllm', got {r.engine!r}")
     check_output_dir(t.output_dir)
     config.mix_weights()
+    config.heldout_env()
     from .strategies import make_strategy
 
     make_strategy(config)

@@ -52,11 +52,19 @@ class HFEngine(RolloutEngine):
     By default it samples from the training model object, so rollouts always use the current
     weights and ``sync_weights`` is a no-op. Given a separate ``model`` (e.g. a bf16 inference
     copy), ``sync_weights`` copies the training weights into it in place.
+
+    ``max_batch_size`` defaults to ``DEFAULT_MAX_BATCH_SIZE``, larger than ``HFPolicy``'s: a
+    step's rollouts (prompts x group size, oversampled) then share one batch. On CPU a batch cut
+    in two costs nearly twice as much: each decoding step of a small remainder batch is almost as
+    slow as a full one (measured: 16 + 4 rows took 10.1 s + 5.6 s on SmolLM2-135M).
     """
+
+    DEFAULT_MAX_BATCH_SIZE = 64
 
     def __init__(self, model: Any, tokenizer: Any, **policy_kwargs: Any):
         from ..policies.hf import HFPolicy
 
+        policy_kwargs.setdefault("max_batch_size", self.DEFAULT_MAX_BATCH_SIZE)
         self.policy = HFPolicy(model, tokenizer, **policy_kwargs)
         self.model = model
 

@@ -9,6 +9,7 @@ bit-for-bit.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -22,6 +23,7 @@ import torch
 from ..core import CascadeError
 from ..mix import EnvMix
 from ..policy import SamplingParams
+from ..rollout.runner import RolloutRunner
 from . import checkpoint as ckpt
 from .batch import BatchBuilder, RolloutBatch
 from .config import Config, check_output_dir, validate
@@ -101,6 +103,7 @@ class GRPOTrainer:
             group_size=r.group_size,
             prompts_per_step=r.prompts_per_step,
             max_rounds=r.max_rounds,
+            max_oversampling=r.max_oversampling,
             concurrency=r.concurrency,
             results_path=self.output_dir / "rollouts.jsonl" if config.train.save_rollouts else None,
         )
@@ -108,6 +111,8 @@ class GRPOTrainer:
         self.step = 0
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
+        self.heldout: dict[str, dict[str, Any]] = {}
+        """Held-out scores (``heldout:`` in the config): ``base`` before the first step, ``trained`` after the last."""
         if resume is not None:
             self._restore(*resume)
 
@@ -137,6 +142,8 @@ class GRPOTrainer:
     def _restore(self, path: Path, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.mix.load_state_dict(state["mix"])
+        if "batch" in state:  # checkpoints written before adaptive oversampling have no keep-rate estimate
+            self.builder.load_state_dict(state["batch"])
         self.step = int(state["step"])
         ckpt.set_rng_state(state["rng"])
         self.logger.truncate_after(self.step)
@@ -150,7 +157,8 @@ class GRPOTrainer:
             where = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "none was written"
             raise TrainingError(f"step {self.step}: weight {bad} is not finite, so no checkpoint was written ({where}). "
                                 "Lower optim.lr, or use float32 (model.dtype=float32).")
-        state = {"optimizer": self.optimizer.state_dict(), "mix": self.mix.state_dict(), "config": self.config.to_dict()}
+        state = {"optimizer": self.optimizer.state_dict(), "mix": self.mix.state_dict(), "batch": self.builder.state_dict(),
+                 "config": self.config.to_dict()}
         self.last_checkpoint = ckpt.save_checkpoint(
             self.output_dir, self.step, self.model, self.tokenizer, state, self.config.train.keep_checkpoints
         )
@@ -159,22 +167,70 @@ class GRPOTrainer:
     # ----- the loop ------------------------------------------------------------------------------
 
     def train(self) -> list[dict[str, Any]]:
-        """Run the remaining steps; returns the metrics history of the whole run."""
+        """Run the remaining steps; returns the metrics history of the whole run.
+
+        With a ``heldout`` env, its score is taken before the first step (not when resuming) and
+        after the last, into ``self.heldout`` and ``output_dir/heldout.json``.
+        """
         from tqdm.auto import tqdm
 
         t = self.config.train
+        if self.step == 0:
+            self._score_heldout("base")
         bar = tqdm(total=t.steps, initial=self.step, disable=not t.progress, unit="step", dynamic_ncols=True)
         try:
             while self.step < t.steps:
                 metrics = self.train_step()
                 bar.update(1)
-                bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}", refresh=False)
+                bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
+                                fill=f"{metrics['batch/fill_ratio']:.2f}", refresh=False)
                 if self.step % t.save_every == 0 or self.step == t.steps:
                     self.save()
         finally:
             bar.close()
             self.logger.close()
+        self._score_heldout("trained")
         return self.logger.history()
+
+    def evaluate_heldout(self) -> dict[str, Any] | None:
+        """Every task of the held-out env answered once, greedily, by the current weights: the mean
+        reward over scored answers, the number of questions and of masked answers; ``None`` when the
+        config names no held-out env."""
+        heldout = self.config.heldout_env()
+        if heldout is None:
+            return None
+        env_id, kwargs = heldout
+        start = time.perf_counter()
+        self.model.eval()
+        sampling = SamplingParams(max_tokens=self.config.rollout.max_tokens, temperature=0.0)
+        runner = RolloutRunner(self.engine, sampling=sampling, group_size=1, env_kwargs={env_id: kwargs},
+                               concurrency=self.config.rollout.concurrency)
+        try:
+            tasks = list(runner.env(env_id).tasks or ())
+            if not tasks:
+                raise CascadeError(f"heldout: {env_id} has no tasks to evaluate; give it a tasks file in heldout.kwargs")
+            rewards = [e.reward for g in runner.run((env_id, task) for task in tasks) for e in g.episodes]
+        finally:
+            runner.close()
+        scored = [r.value for r in rewards if not r.masked]
+        return {
+            "env": env_id,
+            "questions": len(rewards),
+            "masked": len(rewards) - len(scored),
+            "mean": sum(scored) / len(scored) if scored else None,
+            "sampling": "greedy",
+            "time_s": time.perf_counter() - start,
+        }
+
+    def _score_heldout(self, when: str) -> None:
+        result = self.evaluate_heldout()
+        if result is None:
+            return
+        path = self.output_dir / "heldout.json"
+        if not self.heldout and self.resumed_from is not None and path.exists():
+            self.heldout = json.loads(path.read_text(encoding="utf-8"))  # the base score of the first session
+        self.heldout[when] = {"step": self.step, **result}
+        path.write_text(json.dumps(self.heldout, indent=2) + "\n", encoding="utf-8")
 
     def train_step(self) -> dict[str, Any]:
         """One GRPO step: build the batch, one optimizer step, sync the engine, log."""

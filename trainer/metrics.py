@@ -21,6 +21,8 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, Any]:
     metrics["batch/filtered_fraction"] = batch.filtered_fraction
     metrics["batch/groups_below_threshold"] = float(batch.groups_below_threshold)
     metrics["batch/groups_masked"] = float(batch.groups_masked)
+    metrics["batch/groups_surplus"] = float(batch.groups_surplus)
+    metrics["batch/fill_ratio"] = batch.fill_ratio
     metrics["batch/samples_masked"] = float(batch.samples_masked)
     metrics["batch/rounds"] = float(batch.rounds)
     if batch.mask_reasons:
@@ -103,6 +105,19 @@ def reward_table(history: list[dict[str, Any]], window: int | None = None) -> st
         name = "all" if key == "reward/mean" else key.removeprefix("reward/")
         lines.append(f"{name:<40} {_fmt(first):>7} {_fmt(last):>7} {_fmt(last - first, sign=True):>7}")
     return "\n".join(lines)
+
+
+def heldout_line(heldout: dict[str, dict[str, Any]]) -> str | None:
+    """``held-out (8 questions of ENV never trained on, greedy): base 0.125 -> trained 0.875``."""
+    if not heldout:
+        return None
+    any_result = heldout.get("trained") or heldout["base"]
+    scores = [f"{when} {_fmt(r['mean'] if r['mean'] is not None else math.nan)}"
+              for when in ("base", "trained") if (r := heldout.get(when))]
+    masked = sum(r["masked"] for r in heldout.values())
+    note = f", {masked} answer(s) masked by verifier errors" if masked else ""
+    return (f"held-out ({any_result['questions']} questions of {any_result['env']} never trained on, "
+            f"{any_result['sampling']}{note}): {' -> '.join(scores)}")
 
 
 def _fmt(value: float, sign: bool = False) -> str:

@@ -99,28 +99,34 @@ class _RowSampler(LogitsProcessor):
         self.top_p = torch.tensor([r.top_p for r in requests], dtype=torch.float32, device=device)[:, None]
         self.sample_rows = [i for i, r in enumerate(requests) if r.temperature > 0]
         self.nucleus = bool(((self.top_p < 1) & ~self.greedy[:, None]).any())
-        self.generators = []
-        for r in requests:
+        self.sample_generators = []
+        for i in self.sample_rows:
             g = torch.Generator(device=device)
-            g.manual_seed(r.seed)
-            self.generators.append(g)
+            g.manual_seed(requests[i].seed)
+            self.sample_generators.append(g)
         self.logprobs: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(scores.float() / self.scale, dim=-1)
         chosen = logp.argmax(dim=-1)
         if self.sample_rows:
-            probs = self._nucleus(logp.exp()) if self.nucleus else logp.exp()
-            for i in self.sample_rows:
-                chosen[i] = torch.multinomial(probs[i], 1, generator=self.generators[i])[0]
+            rows = logp[self.sample_rows].exp()
+            chosen[self.sample_rows] = self._draw(self._nucleus(rows) if self.nucleus else rows)
         self.logprobs.append(logp.gather(1, chosen[:, None])[:, 0])
         onehot = torch.full_like(scores, float("-inf"))
         return onehot.scatter_(1, chosen[:, None], 0.0)
 
+    def _draw(self, probs: torch.Tensor) -> torch.Tensor:
+        """One token per sampling row (a row of ``probs``), each from the row's own generator."""
+        return torch.cat(
+            [torch.multinomial(row, 1, generator=g) for row, g in zip(probs, self.sample_generators, strict=True)]
+        )
+
     def _nucleus(self, probs: torch.Tensor) -> torch.Tensor:
-        """Zero every token outside each row's top-p nucleus (the top token always stays)."""
+        """Zero every token outside each sampling row's top-p nucleus (the top token always stays)."""
+        top_p = self.top_p[self.sample_rows]
         sorted_probs, order = probs.sort(dim=-1, descending=True)
-        outside = ((sorted_probs.cumsum(dim=-1) - sorted_probs) >= self.top_p) & (self.top_p < 1)
+        outside = ((sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p) & (top_p < 1)
         return probs.scatter(1, order, sorted_probs.masked_fill(outside, 0.0))
 
 

@@ -91,14 +91,17 @@ def test_masked_samples_are_left_out(engine):
     masked = [e for g in batch.played for e in g.episodes if e.reward.masked]
     assert masked, "some answers have an odd number of words"
     assert batch.samples_masked == len(masked)
-    assert len(batch.sequences) == 4 * 4 - len(masked)
+    masked_kept = [e for g in batch.groups for e in g.episodes if e.reward.masked]
+    assert len(batch.groups) == 4 and len(batch.sequences) == 4 * 4 - len(masked_kept)
     assert any("verifier crashed" in reason for reason in batch.mask_reasons)
 
 
 def test_dynamic_filtering_drops_constant_groups_and_counts_rounds(engine):
     batch = builder(engine, "test/Constant-v0", max_rounds=3).build()
     assert batch.empty and batch.rounds == 3
-    assert batch.groups_filtered == len(batch.played) == 9
+    # 3 prompts asked: 4 at the seed keep rate 0.75, then twice 3 x 2 (the rate is down to its bound)
+    assert batch.groups_filtered == len(batch.played) == 4 + 6 + 6
+    assert batch.fill_ratio == 0.0
     assert batch.filtered_fraction == 1.0
     kept = builder(engine, "test/Constant-v0", dynamic_filtering=False).build()
     assert len(kept.groups) == 3 and kept.rounds == 1
@@ -109,7 +112,7 @@ def test_filtering_refills_with_fresh_prompts(engine):
     b = builder(engine, "test/SayYes-v0", prompts=4, max_rounds=5)
     batch = b.build()
     assert len(batch.groups) <= 4
-    assert len(batch.played) == len(batch.groups) + batch.groups_filtered + batch.groups_masked
+    assert len(batch.played) == len(batch.groups) + batch.groups_surplus + batch.groups_filtered + batch.groups_masked
     if batch.groups_filtered:
         assert batch.rounds > 1
     for group in batch.groups:

@@ -19,7 +19,7 @@ def test_default_config_loads_and_names_existing_envs():
     assert config.model.path == "embedded"
     for env_id in weights:
         assert env_id in cascade_envs.env_specs(), env_id
-    assert config.optim.lr == pytest.approx(3e-6)
+    assert 1e-5 <= config.optim.lr <= 4e-5  # the default run must visibly learn in a few minutes
 
 
 @pytest.mark.parametrize("name", ["default.yaml", "if_rl.yaml", "multi_domain_rl.yaml"])
@@ -172,3 +172,10 @@ def test_output_dir_must_be_creatable_and_writable(tmp_path):
                 load_config(None, [f"train.output_dir={locked / 'run'}"])
         finally:
             locked.chmod(0o700)
+
+
+@pytest.mark.parametrize(("name", "steps"), [("if_rl.yaml", 180), ("multi_domain_rl.yaml", 70)])
+def test_stage_configs_run_the_step_counts_of_the_recipe(name, steps):
+    """../shared/RECIPE.md's stage table: IF-RL ~180 steps, multi-domain RL ~70."""
+    path = resources.files("cascade_envs.trainer").joinpath(f"configs/{name}")
+    assert load_config(str(path)).train.steps == steps

@@ -90,6 +90,6 @@ def test_the_batch_builder_leaves_such_groups_out_and_counts_them_in_the_step_me
     assert metrics["batch/groups_below_threshold"] == float(len(informative))
     assert metrics["batch/groups_kept"] == 0.0
     # off: the same informative groups train
-    kept = build(engine, None, max_rounds=1)
+    kept = build(engine, None, max_rounds=2)
     assert kept.groups_below_threshold == 0 and rollout_metrics(kept)["batch/groups_below_threshold"] == 0.0
     assert all(max(e.reward.value for e in g.episodes) <= 1.0 for g in kept.groups) and kept.groups

@@ -1,0 +1,39 @@
+"""The trainer's HF engine puts a step's rollouts in one generation batch."""
+
+import asyncio
+
+from cascade_envs.policy import SamplingParams
+
+STORY = [{"role": "user", "content": "Name a colour."}]
+
+
+def test_hf_engine_generates_twenty_concurrent_rollouts_in_one_batch(policy, monkeypatch):
+    from cascade_envs.policies import hf
+    from cascade_envs.trainer.engine import HFEngine
+
+    sizes: list[int] = []
+    real = hf.generate_batch
+
+    def counting(model, decode, requests, eos_ids, pad_id):
+        sizes.append(len(requests))
+        return real(model, decode, requests, eos_ids, pad_id)
+
+    monkeypatch.setattr(hf, "generate_batch", counting)
+    engine = HFEngine(policy.model, policy.tokenizer)
+    sampling = SamplingParams(max_tokens=2, temperature=1.0, seed=0)
+
+    async def rollouts():
+        try:
+            return await asyncio.gather(*(engine.agenerate(STORY, sampling=sampling) for _ in range(20)))
+        finally:
+            await engine.aclose()
+
+    outs = asyncio.run(rollouts())
+    assert sizes == [20]  # HFPolicy's own default (16) would split it into 16 + 4
+    assert all(1 <= len(o.token_ids) <= 2 for o in outs)
+
+
+def test_hf_engine_keeps_an_explicit_batch_size(policy):
+    from cascade_envs.trainer.engine import HFEngine
+
+    assert HFEngine(policy.model, policy.tokenizer, max_batch_size=4).policy.max_batch_size == 4
