@@ -64,6 +64,21 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
                 yield number, DataError(f"not valid JSON: {exc}")
 
 
+def decode_json_field(value: Any, field: str) -> Any:
+    """A row field that may hold JSON as text (as the public rows often do): decoded, else as given.
+
+    Text that is not JSON raises ``TaskError`` naming ``field``.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise TaskError(f"not valid JSON ({exc.msg} at char {exc.pos})", field) from None
+    except RecursionError:
+        raise TaskError("JSON nested too deeply", field) from None
+
+
 def task_id(task: Task) -> str:
     """A stable id for a task: its own id field, or a hash of its content."""
     for name in ID_FIELDS:

@@ -20,14 +20,13 @@ is left as it came.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from cascade_envs.core import Task, TaskError
-from cascade_envs.data import prompt_messages
+from cascade_envs.data import decode_json_field, prompt_messages
 
 from .patches import PatchError, apply_patch, parse_patch
 from .similarity import normalized_change
@@ -195,11 +194,7 @@ def _swerl_gen(row: dict[str, Any]) -> RepairSpec | ReproSpec:
         return ReproSpec(instance_id, image if isinstance(image, str) else "")
     if mode != "eval":
         raise TaskError(f"unknown mode {mode!r:.40}; NeMo Gym's swerl_gen knows 'eval' and 'repro-gen'", "mode")
-    raw = metadata.get("relevant_file_contents")
-    try:
-        files = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError as exc:
-        raise TaskError(f"not valid JSON: {exc}", "metadata.relevant_file_contents") from None
+    files = decode_json_field(metadata.get("relevant_file_contents"), "metadata.relevant_file_contents")
     files = _check_files(files, "metadata.relevant_file_contents")
     strip = metadata.get("remove_repo_name", False)
     if not isinstance(strip, bool):

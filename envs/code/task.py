@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import TaskError
+from ...data import decode_json_field
 
 SUPPORTED_LANGUAGES = ("python", "cpp")
 CHECKER_EXIT = {0: "accepted", 1: "wrong answer", 2: "presentation error", 3: "checker failure", 7: "partial"}
@@ -58,12 +59,7 @@ class CodeTask:
 
 
 def _unit_tests(meta: dict[str, Any]) -> dict[str, Any]:
-    tests = meta.get("unit_tests")
-    if isinstance(tests, str):
-        try:
-            tests = json.loads(tests)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"not valid JSON: {exc}", "verifier_metadata.unit_tests") from exc
+    tests = decode_json_field(meta.get("unit_tests"), "verifier_metadata.unit_tests")
     if not isinstance(tests, dict):
         raise TaskError("expected an object with 'inputs' and 'outputs'", "verifier_metadata.unit_tests")
     if "packed" in tests:

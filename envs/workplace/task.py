@@ -31,7 +31,7 @@ from datetime import date, datetime, time
 from typing import Any
 
 from cascade_envs.core import Message, TaskError
-from cascade_envs.data import prompt_messages
+from cascade_envs.data import decode_json_field, prompt_messages
 from cascade_envs.tools import Toolbox, ToolCall, with_tools
 
 from .answer import ExpectedAnswer
@@ -172,11 +172,7 @@ def task_clock(messages: list[Message]) -> datetime:
 
 
 def _ground_truth(value: Any) -> tuple[ToolCall, ...]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"not a JSON list of calls: {exc.msg}", "ground_truth") from None
+    value = decode_json_field(value, "ground_truth")
     if not isinstance(value, list):
         raise TaskError("expected a list of {'name', 'arguments'} calls", "ground_truth")
     if len(value) > MAX_GROUND_TRUTH_CALLS:
@@ -188,12 +184,10 @@ def _call(index: int, item: Any) -> ToolCall:
     where = f"ground_truth[{index}]"
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise TaskError(f"{where}: expected an object with a string 'name'", "ground_truth")
-    arguments = item.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{where}: 'arguments' is not JSON ({exc.msg})", "ground_truth") from None
+    try:
+        arguments = decode_json_field(item.get("arguments", {}), "ground_truth")
+    except TaskError as exc:
+        raise TaskError(f"{where}: 'arguments' is {exc.args[0]}", "ground_truth") from None
     if not isinstance(arguments, dict):
         raise TaskError(f"{where}: 'arguments' must be a JSON object", "ground_truth")
     return ToolCall(item["name"], arguments, id=f"ground_truth_{index}")

@@ -114,3 +114,16 @@ def test_prompt_layouts():
 def test_task_ids():
     assert task_id({"id": 7}) == "7" and task_id({"key": "k"}) == "k"
     assert task_id({"prompt": "x"}) == task_id({"prompt": "x"}) != task_id({"prompt": "y"})
+
+
+def test_decode_json_field_decodes_text_keeps_values_and_names_the_field():
+    from cascade_envs.data import decode_json_field
+
+    assert decode_json_field('{"a": [1, 2]}', "f") == {"a": [1, 2]}
+    assert decode_json_field({"a": 1}, "f") == {"a": 1}
+    assert decode_json_field(None, "f") is None
+    with pytest.raises(TaskError, match="not valid JSON") as info:
+        decode_json_field("{broken", "meta.tests")
+    assert info.value.field == "meta.tests"
+    with pytest.raises(TaskError, match="nested too deeply"):
+        decode_json_field("[" * 100_000 + "]" * 100_000, "f")

@@ -288,7 +288,7 @@ def test_rows_are_read_unchanged_and_announce_their_tools(env, rows):
 @pytest.mark.parametrize(("change", "field", "message"), [
     ({"ground_truth": {"name": "email_delete_email"}}, "ground_truth", "expected a list"),
     ({"ground_truth": [{"name": "email_purge", "arguments": "{}"}]}, "ground_truth", "does not announce"),
-    ({"ground_truth": [{"name": "email_delete_email", "arguments": "{email_id"}]}, "ground_truth", "not JSON"),
+    ({"ground_truth": [{"name": "email_delete_email", "arguments": "{email_id"}]}, "ground_truth", "not valid JSON"),
     ({"ground_truth": [{"name": "email_delete_email", "arguments": '{"email_id": 57}'}]}, "ground_truth",
      "expected string"),
     ({"ground_truth": [{"name": "email_delete_email", "arguments": '{"email_id": "1"}'}]}, "ground_truth",
