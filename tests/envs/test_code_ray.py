@@ -13,6 +13,8 @@ import pytest
 from cascade_envs.envs.code.env import CodeEnv
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cascade-envs[ray]')")
+# Ray's object store lives in /dev/shm: keep it apart from the tests that measure host shared memory.
+pytestmark = pytest.mark.xdist_group("host-shared-memory")
 
 TASK = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}}}
 GOOD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"

@@ -19,6 +19,10 @@ from cascade_envs.sandbox import SandboxError, get_sandbox
 
 from .conftest import backend_or_skip
 
+# Tests that fill or measure the host's shared memory (tmpfs, System V, Ray's object store) run on
+# one xdist worker, one after another: the bounds tests read the host-wide Shmem figure.
+pytestmark = pytest.mark.xdist_group("host-shared-memory")
+
 PY = "/usr/bin/python3"
 GB_AND_A_HALF = 1536
 

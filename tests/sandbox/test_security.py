@@ -13,6 +13,10 @@ import pytest
 
 from .conftest import host_pids_of
 
+# Tests that fill or measure the host's shared memory (tmpfs, System V, Ray's object store) run on
+# one xdist worker, one after another: the bounds tests read the host-wide Shmem figure.
+pytestmark = pytest.mark.xdist_group("host-shared-memory")
+
 PY = "/usr/bin/python3"
 
 
