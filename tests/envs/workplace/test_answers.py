@@ -10,18 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cascade_envs import DataError, Reward, TaskError
 from cascade_envs.envs.workplace.answer import MAX_ANSWER_CHARS, MAX_DISTRACTORS, MAX_ITEMS, ExpectedAnswer
-from cascade_envs.envs.workplace.env import WorkplaceEnv
+from cascade_envs.envs.workplace.env import WorkplaceEnv, bundled_tables
 from tests.envs.workplace.replies import final_reply, stated_answer
 
-TABLES = Path(__file__).resolve().parents[3] / "envs" / "workplace" / "data" / "tables"
+TABLES = bundled_tables()
 
 
 def expect(expected: Any, distractors: list[str] | None = None) -> ExpectedAnswer:
@@ -145,13 +143,6 @@ def test_a_row_without_the_fields_has_no_answer_to_check():
 
 
 # ----- episodes of the bundled question tasks -----------------------------------------------------
-
-@pytest.fixture(scope="module")
-def env() -> Iterator[WorkplaceEnv]:
-    made = WorkplaceEnv(tables=TABLES)
-    yield made
-    made.close()
-
 
 @pytest.fixture(scope="module")
 def questions(env: WorkplaceEnv) -> dict[Any, dict[str, Any]]:

@@ -22,7 +22,7 @@ import pytest
 
 from cascade_envs import Completion, DataError, Reward
 from cascade_envs.envs.workplace.common import MAX_PAGE_SIZE, MAX_TEXT_CHARS
-from cascade_envs.envs.workplace.env import MAX_CALLS_PER_TURN, WorkplaceEnv
+from cascade_envs.envs.workplace.env import MAX_CALLS_PER_TURN, WorkplaceEnv, bundled_tables
 from cascade_envs.envs.workplace.tables import MAX_NEW_ROWS
 from cascade_envs.episode import Episode
 from cascade_envs.rollout import RolloutRunner
@@ -30,7 +30,7 @@ from cascade_envs.tools import ToolCall
 from tests.envs.workplace.replies import final_reply
 
 ENV_ID = "cascade/Workplace-v0"
-TABLES = Path(__file__).resolve().parents[3] / "envs" / "workplace" / "data" / "tables"
+TABLES = bundled_tables()
 TASKS = TABLES.parent / "tasks.jsonl"
 ANSWER = "Done."
 SEND = "email_send_email"
@@ -50,13 +50,6 @@ def call_text(tool: str, /, **arguments: Any) -> str:
 
 def solution_texts(task: dict[str, Any]) -> list[str]:
     return [call_text(c["name"], **json.loads(c["arguments"])) for c in task["solution"]]
-
-
-@pytest.fixture(scope="module")
-def env() -> Iterator[WorkplaceEnv]:
-    made = WorkplaceEnv(tables=TABLES)
-    yield made
-    made.close()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import csv
 import importlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +66,6 @@ class ScriptedPolicy:
 
     async def aclose(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def env() -> Iterator[WorkplaceEnv]:
-    made = WorkplaceEnv(tables=DATA / "tables")
-    yield made
-    made.close()
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,18 +17,11 @@ from cascade_envs import Env
 from cascade_envs.data import prompt_messages
 from cascade_envs.envs.workplace import env as env_module
 from cascade_envs.envs.workplace import task as task_module
-from cascade_envs.envs.workplace.env import WorkplaceEnv
+from cascade_envs.envs.workplace.env import WorkplaceEnv, bundled_tables
 from cascade_envs.envs.workplace.task import RowCache, read_task
 from cascade_envs.tools import with_tools
 
-TABLES = Path(__file__).resolve().parents[3] / "envs" / "workplace" / "data" / "tables"
-
-
-@pytest.fixture(scope="module")
-def env() -> Iterator[WorkplaceEnv]:
-    made = WorkplaceEnv(tables=TABLES)
-    yield made
-    made.close()
+TABLES = bundled_tables()
 
 
 @pytest.fixture(scope="module")
