@@ -61,10 +61,24 @@ class RayVerifier:
         finally:
             self.load[index] -= 1
 
-    async def aclose(self) -> None:
-        import ray
+    async def aclose(self, wait_s: float = 30.0) -> None:
+        """Kill every actor and wait (at most ``wait_s``) until each is gone.
 
-        for actor in self.actors:
+        ``ray.kill`` only asks the control store; a call sent right after it can still be served,
+        so the pool counts as closed once each actor refuses a call.
+        """
+        import ray
+        from ray.exceptions import RayActorError
+
+        actors, self.actors, self.load = self.actors, [], []
+        for actor in actors:
             ray.kill(actor)
-        self.actors, self.load = [], []
-        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        for actor in actors:
+            while loop.time() < deadline:
+                try:
+                    await asyncio.wait_for(actor.ready.remote(), timeout=max(0.1, deadline - loop.time()))
+                except (TimeoutError, RayActorError):
+                    break
+                await asyncio.sleep(0.05)
