@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -236,10 +237,11 @@ class RolloutRunner:
             try:
                 episode = await env.astart(group.task)
                 deadline = env.episode_timeout_s or self.episode_timeout_s
+                sampling = self._sampling_for(index, sample)
                 if deadline:
-                    await self._play_within_deadline(env, episode, result.trajectory, deadline)
+                    await self._play_within_deadline(env, episode, result.trajectory, deadline, sampling)
                 else:
-                    await self._play(env, episode, result.trajectory)
+                    await self._play(env, episode, result.trajectory, sampling)
                 if not env.scores_groups:  # per-sample envs: scored as soon as the episode ends
                     result.reward = (await env.ascore_episodes([episode]))[0]
             except Exception as exc:
@@ -257,17 +259,29 @@ class RolloutRunner:
                 self._check_prefix(group.env_id, result.trajectory)
             return result, episode
 
-    async def _play_within_deadline(self, env: Env, episode: Episode, trajectory: Trajectory, deadline: float) -> None:
+    def _sampling_for(self, index: int, sample: int) -> SamplingParams:
+        """The sampling settings of one episode: with a seed, each episode of the run gets its own.
+
+        One seed for every request would make a seeded engine return the same sample G times per
+        group; ``seed + index * group_size + sample`` keeps runs reproducible and samples distinct.
+        """
+        if self.sampling.seed is None:
+            return self.sampling
+        seed = (self.sampling.seed + index * self.group_size + sample) % 2**31
+        return dataclasses.replace(self.sampling, seed=seed)
+
+    async def _play_within_deadline(self, env: Env, episode: Episode, trajectory: Trajectory, deadline: float,
+                                    sampling: SamplingParams) -> None:
         scope = asyncio.timeout(deadline)
         try:
             async with scope:
-                await self._play(env, episode, trajectory)
+                await self._play(env, episode, trajectory, sampling)
         except TimeoutError:
             if not scope.expired() or episode.done:
                 raise
             await env.atruncate(episode, f"episode deadline of {deadline:g} s reached")
 
-    async def _play(self, env: Env, episode: Episode, trajectory: Trajectory) -> None:
+    async def _play(self, env: Env, episode: Episode, trajectory: Trajectory, sampling: SamplingParams) -> None:
         budget = env.max_episode_tokens or self.max_episode_tokens
         while not episode.done:
             started = time.perf_counter()
@@ -275,7 +289,7 @@ class RolloutRunner:
                 self._busy_since = started
             self._generating += 1
             try:
-                completion = await self.policy.agenerate(list(episode.messages), sampling=self.sampling,
+                completion = await self.policy.agenerate(list(episode.messages), sampling=sampling,
                                                          thinking=episode.thinking)
             except ContextOverflowError as exc:
                 if episode.turns == 0:

@@ -49,6 +49,13 @@ def test_request_carries_sampling_and_thinking(chat_server):
     assert request["stop"] == ["\n\n"] and request["chat_template_kwargs"] == {"enable_thinking": True}
 
 
+def test_a_seeded_run_gives_every_episode_its_own_seed(chat_server):
+    """One seed for every request would make a seeded server return the same sample G times."""
+    run(chat_server, "echo-answer", items=ITEMS[:2], group_size=3, sampling=SamplingParams(16, 1.0, 1.0, seed=7))
+    seeds = sorted(r["seed"] for r in chat_server.requests[-6:])
+    assert seeds == [7, 8, 9, 10, 11, 12]
+
+
 def test_retries_recover_from_503(chat_server):
     groups = run(chat_server, "flaky-2", group_size=1)
     assert all(g.rewards == [1.0] for g in groups)
