@@ -1,9 +1,10 @@
 """GRPO/MOPD trainer over any env mix (extra ``train``; ``vllm`` for the vLLM engine).
 
-Modules: ``losses`` (group advantages, GRPO and MOPD losses), ``config`` (typed YAML config),
-``engine`` (rollout engines), ``batch`` (rollouts -> training batch with dynamic filtering),
-``model`` (loading, micro-batched log-probs), ``grpo`` (the loop), ``checkpoint``, ``metrics``,
-``cli`` (``cascade-envs train``). Importing this package imports nothing heavy.
+Modules: ``losses`` (group advantages, GRPO and MOPD losses), ``strategies`` (loss strategies by
+name: ``grpo``, ``mopd``), ``config`` (typed YAML config), ``engine`` (rollout engines), ``batch``
+(rollouts -> training batch with dynamic filtering), ``model`` (loading, micro-batched log-probs),
+``teachers`` (MOPD domain teachers scoring sampled tokens), ``grpo`` (the loop), ``checkpoint``,
+``metrics``, ``cli`` (``cascade-envs train``). Importing this package imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ _LAZY = {
     "group_advantages": ("cascade_envs.trainer.losses", "group_advantages"),
     "grpo_loss": ("cascade_envs.trainer.losses", "grpo_loss"),
     "mopd_loss": ("cascade_envs.trainer.losses", "mopd_loss"),
+    "TeacherPool": ("cascade_envs.trainer.teachers", "TeacherPool"),
 }
 
 __all__ = sorted(_LAZY)

@@ -4,7 +4,8 @@ One call of ``BatchBuilder.build`` produces the training batch of one step:
 
 1. draw prompts from the mix and play each ``group_size`` times with the rollout engine (the
    runner scores each group through the env's scoring path, overlong rule included);
-2. drop masked samples (a verifier error, a failed episode, a trajectory without token ids);
+2. drop masked samples (a failed episode, a trajectory without token ids, and a verifier error
+   when the strategy's loss uses rewards: MOPD trains on masked-reward samples);
 3. ask the loss strategy for each group's advantages: it may leave a group out (GRPO's dynamic
    filtering drops groups whose rewards are all equal, ``rollout.mask_groups_below`` groups where
    no rollout scores above a threshold), and then fresh prompts are drawn, until
@@ -47,6 +48,10 @@ class TrainSequence:
     """Log-probabilities the inference engine gave the response tokens (0 where ``loss_mask`` is 0)."""
     loss_mask: list[int] | None = None
     """1 on tokens the policy sampled, 0 on env/template tokens; ``None`` means all 1."""
+    teacher_logprobs: list[float] | None = None
+    """The domain teacher's log-probabilities of the response tokens (``TeacherPool.score``; MOPD)."""
+    teacher_top1: list[bool] | None = None
+    """Whether each response token is the teacher's most likely token."""
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:
@@ -123,11 +128,12 @@ class KeepRate:
         return max(needed, min(round(needed / self.value), math.floor(needed * self.max_oversampling)))
 
 
-def episode_problem(episode: EpisodeResult) -> str | None:
-    """Why an episode cannot be trained on, or ``None`` when it can."""
+def episode_problem(episode: EpisodeResult, uses_rewards: bool = True) -> str | None:
+    """Why an episode cannot be trained on, or ``None`` when it can (a masked reward only matters
+    when ``uses_rewards``)."""
     if episode.error:
         return episode.error
-    if episode.reward.masked:
+    if uses_rewards and episode.reward.masked:
         return episode.reward.error or "masked reward"
     if not episode.trajectory.turns:
         return "no model turn"
@@ -204,7 +210,7 @@ class BatchBuilder:
 
     def _add_group(self, batch: RolloutBatch, group: GroupResult) -> bool:
         """Count the group in ``batch`` and add its sequences while the batch has room; whether it is kept."""
-        problems = [episode_problem(e) for e in group.episodes]
+        problems = [episode_problem(e, self.strategy.uses_rewards) for e in group.episodes]
         valid = [p is None for p in problems]
         batch.samples_masked += valid.count(False)
         batch.mask_reasons.update(f"{group.env_id}: {p[:120]}" for p in problems if p is not None)

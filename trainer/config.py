@@ -65,7 +65,8 @@ class RolloutConfig:
     """Override every env's thinking mode (``None``: each env decides)."""
     concurrency: int = DEFAULT_CONCURRENCY
     dynamic_filtering: bool = True
-    """Drop groups whose rewards are all equal and draw fresh prompts instead."""
+    """Drop groups whose rewards are all equal and draw fresh prompts instead (GRPO; ``mopd`` ignores
+    it: distillation needs no reward spread, so no group is ever left out)."""
     mask_groups_below: float | None = None
     """Leave out of the loss every group in which no scored rollout's reward is above this value
     (``null``: off). The agentless SWE RL stage masks prompts where no rollout scores > 0.5. Such a
@@ -120,6 +121,40 @@ class HeldoutConfig:
 
 
 @dataclass
+class MOPDConfig:
+    """Multi-domain on-policy distillation (``algorithm: mopd``; DESIGN.md §6, RECIPE.md §MOPD)."""
+
+    teachers: dict[str, Any] = field(default_factory=dict)
+    """``{env_id: teacher checkpoint folder}`` (a Hugging Face folder or ``embedded``). Teachers must
+    share the student's tokenizer; env ids sharing a folder share one loaded model. ``auto`` is
+    resolved by a cascade pipeline only (it replaces it before building the Config)."""
+    default_teacher: str | None = None
+    """The teacher of mix envs not listed in ``teachers`` (``null``: every mix env needs an entry)."""
+    eps_low: float = 0.5
+    """Lower bound of the importance-weight gate, in (0, 1]."""
+    eps_high: float = 2.0
+    """Upper bound of the importance-weight gate, >= 1."""
+    normalization: str = "response"
+    """``response``: eq. 4 (mean over each response's valid tokens, then over responses); ``token``:
+    divide by every valid token of the batch (long responses weigh more)."""
+    teacher_dtype: str = "auto"
+    """Dtype of the teachers' weights for their forward passes: ``auto`` (bfloat16 on GPU, float32
+    on CPU), ``float32``, ``bfloat16``, ``float16``."""
+
+
+@dataclass
+class RayConfig:
+    """Ray scale-out of env workers, sandboxes and judges."""
+
+    address: str | None = None
+    """``null``: everything runs in one process; ``auto`` joins a running cluster (or a Ray address)."""
+    env_actors: int = 0
+    """Env worker actors (0: envs run in the trainer process)."""
+    actor_options: dict[str, Any] = field(default_factory=dict)
+    """Options passed to every env actor (Ray's ``.options(...)``: ``num_cpus``, ``resources``...)."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     mix: MixConfig = field(default_factory=MixConfig)
@@ -127,8 +162,10 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    mopd: MOPDConfig = field(default_factory=MOPDConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     algorithm: str = "grpo"
-    """The loss strategy (``trainer/strategies.py``): ``grpo``, or one a plugin registered."""
+    """The loss strategy (``trainer/strategies.py``): ``grpo``, ``mopd``, or one a plugin registered."""
     name: str = "grpo"
     description: str = ""
 
@@ -397,6 +434,11 @@ def validate(config: Config) -> None:
     _number_in("rollout.max_oversampling", r.max_oversampling, low=1, high=64)
     if r.mask_groups_below is not None and not _is_finite_number(r.mask_groups_below):
         raise ConfigError(f"rollout.mask_groups_below must be a finite number or null, got {r.mask_groups_below!r}")
+    _validate_mopd_section(config.mopd)
+    if config.ray.env_actors < 0:
+        raise ConfigError(f"ray.env_actors must be >= 0, got {config.ray.env_actors}")
+    if config.ray.address is not None and not config.ray.address.strip():
+        raise ConfigError("ray.address must be null (one process), 'auto' or a Ray cluster address, got an empty string")
 
     # names
     if not m.path.strip():
@@ -417,6 +459,58 @@ def validate(config: Config) -> None:
     from .strategies import make_strategy
 
     make_strategy(config)
+
+
+MOPD_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _validate_mopd_section(d: MOPDConfig) -> None:
+    """The ``mopd:`` values that do not depend on the algorithm (teachers: ``check_mopd_teachers``)."""
+    _number_in("mopd.eps_low", d.eps_low, low=0, high=1, low_open=True)
+    _number_in("mopd.eps_high", d.eps_high, low=1)
+    if d.normalization not in ("response", "token"):
+        raise ConfigError(f"mopd.normalization must be response or token, got {d.normalization!r}")
+    if d.teacher_dtype not in MOPD_DTYPES:
+        raise ConfigError(f"mopd.teacher_dtype must be one of {', '.join(MOPD_DTYPES)}, got {d.teacher_dtype!r}")
+
+
+def mopd_teacher_paths(config: Config) -> dict[str, str]:
+    """``{mix env id: teacher path}`` from ``mopd.teachers`` and ``mopd.default_teacher`` (unchecked)."""
+    weights, _ = config.mix_weights()
+    d = config.mopd
+    paths: dict[str, str] = {}
+    for env_id in weights:
+        path = d.teachers.get(env_id, d.default_teacher)
+        if path is not None:
+            paths[env_id] = str(path)
+    return paths
+
+
+def check_mopd_teachers(config: Config) -> None:
+    """With ``algorithm: mopd``: every mix env has a teacher whose folder exists (``ConfigError`` naming the key)."""
+    from .model import model_path
+
+    d = config.mopd
+    weights, _ = config.mix_weights()
+    missing = [env_id for env_id in weights if env_id not in d.teachers and d.default_teacher is None]
+    if missing:
+        raise ConfigError(f"mopd.teachers has no teacher for mix env(s) {', '.join(missing)}: add "
+                          "mopd.teachers.<env id>=<checkpoint folder> or set mopd.default_teacher")
+    entries = {f"mopd.teachers.{env_id}": path for env_id, path in d.teachers.items()}
+    if d.default_teacher is not None:
+        entries["mopd.default_teacher"] = d.default_teacher
+    auto = [key for key, path in entries.items() if path == "auto"]
+    if auto:
+        raise ConfigError(f"{', '.join(auto)}: 'auto' is resolved only by a cascade pipeline (cascade-envs train "
+                          "cascade.yaml picks each domain's teacher from earlier stages); to run this config on its "
+                          "own, set each with --set <key>=<teacher checkpoint folder>")
+    for key, path in entries.items():
+        if not isinstance(path, str) or not path.strip():
+            raise ConfigError(f"{key} must be a teacher checkpoint folder or 'embedded', got {path!r}")
+        try:
+            model_path(path)
+        except CascadeError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
 
 
 def _check_device(name: str) -> None:

@@ -40,6 +40,7 @@ from .model import (
     token_logprobs,
 )
 from .strategies import LossInputs, make_strategy
+from .teachers import TeacherPool
 
 log = logging.getLogger("cascade_envs.trainer")
 
@@ -57,14 +58,16 @@ def seed_everything(seed: int) -> None:
 class GRPOTrainer:
     """On-policy RL (GRPO by default) on an env mix with a Hugging Face model; ``train()`` runs the steps.
 
-    ``model``/``tokenizer``/``engine`` may be passed in (tests, notebooks); otherwise they are
-    built from the config. Every setting is checked (``ConfigError``) and ``output_dir`` created and
-    test-written before any work. With ``train.resume`` the newest readable checkpoint in
-    ``output_dir`` is loaded (an unreadable one is skipped with a warning naming it); ``resumed_from``
-    says which.
+    ``model``/``tokenizer``/``engine`` (and ``teachers``, for a strategy with the teacher source)
+    may be passed in (tests, notebooks); otherwise they are built from the config. Every setting is
+    checked (``ConfigError``) and ``output_dir`` created and test-written before any work. With
+    ``train.resume`` the newest readable checkpoint in ``output_dir`` is loaded (an unreadable one
+    is skipped with a warning naming it); ``resumed_from`` says which. MOPD's teachers
+    (``TeacherPool``) are loaded when the strategy declares the ``teacher`` source.
     """
 
-    def __init__(self, config: Config, *, model: Any = None, tokenizer: Any = None, engine: RolloutEngine | None = None):
+    def __init__(self, config: Config, *, model: Any = None, tokenizer: Any = None, engine: RolloutEngine | None = None,
+                 teachers: TeacherPool | None = None):
         validate(config)  # a Config built or changed in code gets the checks load_config makes
         self.config = config
         self.output_dir = check_output_dir(config.train.output_dir, create=True)
@@ -88,6 +91,9 @@ class GRPOTrainer:
         self.pad_id = _pad_id(tokenizer)
         self.strategy = make_strategy(config)
         self.ref_model = self._reference_model() if "reference" in self.strategy.sources else None
+        if teachers is None and "teacher" in self.strategy.sources:
+            teachers = TeacherPool.from_config(config, model, tokenizer, self.pad_id)
+        self.teachers = teachers
         o = config.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
@@ -233,7 +239,7 @@ class GRPOTrainer:
         path.write_text(json.dumps(self.heldout, indent=2) + "\n", encoding="utf-8")
 
     def train_step(self) -> dict[str, Any]:
-        """One GRPO step: build the batch, one optimizer step, sync the engine, log."""
+        """One step: build the batch, one optimizer step on the strategy's loss, sync the engine, log."""
         step = self.step + 1
         start = time.perf_counter()
         self.model.eval()
@@ -261,10 +267,7 @@ class GRPOTrainer:
         return metrics
 
     def _lr(self, step: int) -> float:
-        o = self.config.optim
-        if o.warmup_steps <= 0 or step > o.warmup_steps:
-            return o.lr
-        return o.warmup_start_lr + (o.lr - o.warmup_start_lr) * (step - 1) / max(o.warmup_steps - 1, 1)
+        return warmup_lr(self.config.optim, step)
 
     def _optimize(self, batch: RolloutBatch, step: int) -> dict[str, Any]:
         start = time.perf_counter()
@@ -275,16 +278,23 @@ class GRPOTrainer:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         n_tokens = sum(seq.trained_tokens for seq in batch.sequences)
+        n_sequences = sum(1 for seq in batch.sequences if seq.trained_tokens)
         # log-probs of the distribution the engine sampled from (logits / T), as the engine reports them
         temperature = self.config.rollout.temperature if self.config.rollout.temperature > 0 else 1.0
         sources = self.strategy.sources
         loss_sum = entropy_sum = mismatch_sum = 0.0
         mismatch_n = 0
         extra: dict[str, float] = {}
+        scoring: dict[str, float] = {}
+        if "teacher" in sources:
+            if self.teachers is None:
+                raise CascadeError(f"algorithm {self.config.algorithm} needs teachers but none were loaded")
+            scoring = self.teachers.score(batch.sequences)
         for part in micro_batches(batch.sequences, o.micro_batch_size):
             mb = collate(part, self.pad_id, self.device)
             logp, entropy = token_logprobs(self._logits(self.model, mb, temperature), mb.response_ids, entropy=True)
-            inputs = LossInputs(logp, mb.response_mask, mb.advantages, float(n_tokens), len(batch.sequences))
+            inputs = LossInputs(logp, mb.response_mask, mb.advantages, float(n_tokens), n_sequences,
+                                env_ids=tuple(s.env_id for s in part))
             if "reference" in sources:
                 with torch.no_grad():
                     reference = token_logprobs(self._logits(self.ref_model, mb, temperature), mb.response_ids)
@@ -292,6 +302,10 @@ class GRPOTrainer:
                     inputs.reference_logp = reference
             if "inference" in sources:
                 inputs.inference_logp = mb.inference_logp
+                if inputs.inference_logp is None:  # the engine reported no logprobs at all: NaN, as per token
+                    inputs.inference_logp = torch.full_like(mb.response_mask, float("nan"))
+            if "teacher" in sources:
+                inputs.teacher_logp, inputs.teacher_top1 = mb.teacher_logp, mb.teacher_top1
             loss, part_metrics = self.strategy.loss(inputs)
             loss.backward()
             loss_sum += loss.item()
@@ -318,7 +332,8 @@ class GRPOTrainer:
             "train/entropy": entropy_sum / max(n_tokens, 1),
             "train/tokens": float(n_tokens),
             "train/inference_logprob_abs_diff": mismatch_sum / mismatch_n if mismatch_n else float("nan"),
-            **extra,
+            **self.strategy.finish_metrics(extra),
+            **scoring,
             "time/training_s": train_s,
             "throughput/train_tokens_per_s": n_tokens / max(train_s, 1e-9),
         }
@@ -347,6 +362,14 @@ class GRPOTrainer:
         from ..env import run_sync
 
         run_sync(self.aclose())
+
+
+def warmup_lr(optim: Any, step: int) -> float:
+    """The learning rate of 1-based ``step``: linear from ``warmup_start_lr`` at step 1 to ``lr`` at
+    step ``warmup_steps`` (so the climb takes exactly ``warmup_steps`` steps), then ``lr``."""
+    if optim.warmup_steps <= 0 or step > optim.warmup_steps:
+        return float(optim.lr)
+    return float(optim.warmup_start_lr + (optim.lr - optim.warmup_start_lr) * (step - 1) / max(optim.warmup_steps - 1, 1))
 
 
 def _logprob_mismatch(logp: torch.Tensor, mb: Any) -> tuple[float, int]:

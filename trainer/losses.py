@@ -1,10 +1,15 @@
 """GRPO and MOPD losses (DESIGN.md §6), public so they can be checked on their own.
 
 Per-token tensors are ``[batch, tokens]`` log-probabilities of the *sampled* tokens; ``mask`` is 1
-on valid response tokens and 0 on padding (and on anything else that is not trained). Every loss
-is normalised by the number of valid tokens of the whole batch (token-level normalisation). When a
-batch is split into micro-batches for gradient accumulation, pass that batch-wide count as
-``num_tokens`` so that the summed micro-batch gradients equal the full-batch gradient.
+on valid response tokens and 0 on padding (and on anything else that is not trained).
+
+Normalisation: ``grpo_loss`` divides by the number of valid tokens of the whole batch (token-level,
+as the report's GRPO objective). ``mopd_loss`` follows eq. 4 of the report by default: the mean over
+each response's own valid tokens, then the mean over responses (``normalization="response"``);
+``"token"`` divides by all valid tokens of the batch instead. When a batch is split into
+micro-batches for gradient accumulation, pass the batch-wide count (``num_tokens``, or
+``num_sequences`` for response normalisation) so that the summed micro-batch gradients equal the
+full-batch gradient.
 
 Losses are computed in float32 whatever the input dtype (bf16 log-probs are upcast), and each
 returns a scalar to minimise.
@@ -83,6 +88,23 @@ def grpo_loss(
     return loss
 
 
+NORMALIZATIONS = ("response", "token")
+
+
+def importance_weight(logp_train: Tensor, logp_inf: Tensor, keep: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+    """MOPD's truncated importance weight ``sg(pi_train / pi_inf) * 1[eps_low <= ratio <= eps_high]``.
+
+    Returns ``(weight, gated)``; ``gated`` marks valid tokens the gate removed. Where the inference
+    log-prob is missing (NaN: the engine reported none) the ratio cannot be computed and is taken
+    as 1, so such a token is trained unweighted (the MOPD strategy counts these tokens).
+    """
+    known = keep & torch.isfinite(logp_inf)
+    ratio = torch.exp(_masked(logp_train, keep) - _masked(logp_inf, known)).detach()
+    ratio = torch.where(known, ratio, torch.ones_like(ratio))
+    inside = (ratio >= eps_low) & (ratio <= eps_high)
+    return ratio * inside.float(), keep & ~inside
+
+
 def mopd_loss(
     logp_train: Tensor,
     logp_inf: Tensor,
@@ -91,19 +113,35 @@ def mopd_loss(
     eps_low: float = 0.5,
     eps_high: float = 2.0,
     *,
+    normalization: str = "response",
     num_tokens: float | Tensor | None = None,
+    num_sequences: float | Tensor | None = None,
 ) -> Tensor:
-    """Multi-domain on-policy distillation loss (DESIGN.md §6).
+    """Multi-domain on-policy distillation loss (DESIGN.md §6, eq. 4 of the report).
 
     ``a_t = log pi_teacher - log pi_train`` (stop-gradient) on the sampled tokens; the truncated
-    importance weight is ``w_t = sg(pi_train / pi_inf) * 1[eps_low <= ratio <= eps_high]``; the
-    loss is ``-(1/|V|) * sum_{t in V} w_t * a_t * log pi_train(y_t)`` over the valid tokens V.
+    importance weight is ``w_t = sg(pi_train / pi_inf) * 1[eps_low <= ratio <= eps_high]`` (ratio 1
+    where ``logp_inf`` is NaN); per response the loss is ``-(1/|V(y)|) * sum_{t in V(y)} w_t * a_t *
+    log pi_train(y_t)``, averaged over the responses that have at least one valid token
+    (``num_sequences``: that count over the whole step, for micro-batches). A response without a
+    valid token contributes 0 and does not count. ``normalization="token"`` divides the sum over
+    every valid token by the batch's valid-token count (``num_tokens``) instead, which weights long
+    responses more.
     """
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
     keep = mask.bool()
     m = keep.float()
     lp = _masked(logp_train, keep)
-    n = _token_count(m, num_tokens)
-    ratio = torch.exp(lp.detach() - _masked(logp_inf, keep))
-    weight = ratio * ((ratio >= eps_low) & (ratio <= eps_high)).float()
+    weight, _ = importance_weight(logp_train, logp_inf, keep, eps_low, eps_high)
     advantage = (_masked(logp_teacher, keep) - lp).detach()
-    return -(weight * advantage * lp * m).sum() / n
+    per_token = weight * advantage * lp * m
+    if normalization == "token":
+        return -per_token.sum() / _token_count(m, num_tokens)
+    lengths = m.sum(dim=-1)
+    per_response = per_token.sum(dim=-1) / lengths.clamp(min=1.0)
+    if num_sequences is None:
+        count = (lengths > 0).float().sum()
+    else:
+        count = torch.as_tensor(num_sequences, dtype=torch.float32)
+    return -per_response.sum() / count.clamp(min=1.0)

@@ -129,25 +129,39 @@ class MicroBatch:
     sequences: list[TrainSequence]
     inference_logp: Tensor | None = None
     """The engine's log-probs of the response tokens (NaN where it reported none), or None."""
+    teacher_logp: Tensor | None = None
+    """The domain teachers' log-probs of the response tokens (NaN on padding), or None when no
+    sequence has them (``TrainSequence.teacher_logprobs``)."""
+    teacher_top1: Tensor | None = None
+    """1.0 where the response token is its teacher's most likely token, else 0.0; with ``teacher_logp``."""
+
+
+def _padded(values: list[float] | None, length: int, width: int, mask: list[int]) -> list[float]:
+    """One row: ``values`` where valid and masked in, NaN elsewhere (missing or wrong-length values too)."""
+    nan = float("nan")
+    row = values if values is not None and len(values) == length else [nan] * length
+    return [float(v) if m else nan for v, m in zip(row, mask, strict=False)] + [nan] * (width - length)
 
 
 def collate(sequences: list[TrainSequence], pad_id: int, device: torch.device) -> MicroBatch:
     """Pack sequences in the left-padded-prompt / right-padded-response layout."""
     p = max(len(s.prompt_ids) for s in sequences)
     r = max(max(len(s.response_ids) for s in sequences), 1)
-    nan = float("nan")
-    ids, attn, resp, rmask, inf = [], [], [], [], []
+    ids, attn, resp, rmask, inf, teacher, top1 = [], [], [], [], [], [], []
     for s in sequences:
         lp, lr = len(s.prompt_ids), len(s.response_ids)
         ids.append([pad_id] * (p - lp) + s.prompt_ids + s.response_ids + [pad_id] * (r - lr))
         attn.append([0] * (p - lp) + [1] * (lp + lr) + [0] * (r - lr))
         resp.append(s.response_ids + [pad_id] * (r - lr))
         rmask.append(list(s.loss_mask or [1] * lr) + [0] * (r - lr))
-        logprobs = s.logprobs if s.logprobs is not None and len(s.logprobs) == lr else [nan] * lr
-        inf.append([v if m else nan for v, m in zip(logprobs, rmask[-1], strict=False)] + [nan] * (r - lr))
+        inf.append(_padded(s.logprobs, lr, r, rmask[-1]))
+        teacher.append(_padded(s.teacher_logprobs, lr, r, rmask[-1]))
+        agree = [float(x) for x in s.teacher_top1] if s.teacher_top1 is not None else None
+        top1.append([0.0 if v != v else v for v in _padded(agree, lr, r, rmask[-1])])  # NaN -> 0
     attention_mask = torch.tensor(attn, dtype=torch.long, device=device)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     has_inference = any(s.logprobs is not None for s in sequences)
+    has_teacher = any(s.teacher_logprobs is not None for s in sequences)
     return MicroBatch(
         input_ids=torch.tensor(ids, dtype=torch.long, device=device),
         attention_mask=attention_mask,
@@ -157,6 +171,8 @@ def collate(sequences: list[TrainSequence], pad_id: int, device: torch.device) -
         advantages=torch.tensor([s.advantage for s in sequences], dtype=torch.float32, device=device),
         sequences=sequences,
         inference_logp=torch.tensor(inf, dtype=torch.float32, device=device) if has_inference else None,
+        teacher_logp=torch.tensor(teacher, dtype=torch.float32, device=device) if has_teacher else None,
+        teacher_top1=torch.tensor(top1, dtype=torch.float32, device=device) if has_teacher else None,
     )
 
 

@@ -179,3 +179,15 @@ def test_stage_configs_run_the_step_counts_of_the_recipe(name, steps):
     """../shared/RECIPE.md's stage table: IF-RL ~180 steps, multi-domain RL ~70."""
     path = resources.files("cascade_envs.trainer").joinpath(f"configs/{name}")
     assert load_config(str(path)).train.steps == steps
+
+
+def test_mopd_and_ray_sections_have_documented_defaults_and_round_trip():
+    config = config_from_dict({"mix": {"envs": {"cascade/MCQA-v0": 1.0}}})
+    assert config.mopd.teachers == {} and config.mopd.default_teacher is None
+    assert (config.mopd.eps_low, config.mopd.eps_high) == (0.5, 2.0)
+    assert config.mopd.normalization == "response" and config.mopd.teacher_dtype == "auto"
+    assert config.ray.address is None and config.ray.env_actors == 0 and config.ray.actor_options == {}
+    again = config_from_dict(config.to_dict())
+    assert again.mopd == config.mopd and again.ray == config.ray
+    with pytest.raises(ConfigError, match=r"unknown config key 'mopd\.eps_lo'; did you mean 'eps_low'"):
+        config_from_dict({"mix": {"envs": {"cascade/MCQA-v0": 1.0}}, "mopd": {"eps_lo": 0.4}})

@@ -113,3 +113,60 @@ def test_rollout_engines_sleep_and_wake_as_no_ops_by_default():
 
     engine = Minimal()
     assert engine.sleep() is None and engine.wake_up() is None
+
+
+def mopd_strategy(**mopd):
+    from cascade_envs.trainer.strategies import MOPD
+
+    config = Config()
+    for key, value in mopd.items():
+        setattr(config.mopd, key, value)
+    return MOPD(config)
+
+
+def test_mopd_is_registered_and_never_leaves_a_group_out():
+    strategy = mopd_strategy()
+    assert loss_strategies.get("mopd") is type(strategy)
+    assert strategy.sources == {"inference", "teacher"} and strategy.uses_rewards is False
+    assert strategy.group_advantages([1.0, 1.0, 1.0], [True, False, True]) == [0.0, 0.0, 0.0]
+    assert strategy.group_advantages([0.3], [False]) == [0.0]
+
+
+def test_mopd_strategy_loss_and_metrics_over_micro_batches():
+    from cascade_envs.trainer.losses import mopd_loss
+
+    logp = torch.tensor([[-1.0, -2.0, -0.5, 0.0], [-0.2, -0.4, -1.0, -3.0]])
+    inf = torch.tensor([[-1.0, float("nan"), -1.5, 0.0], [-0.2, -0.4, -1.0, -3.0]])  # ratio e (gated) at [0, 2]
+    teacher = torch.tensor([[-0.5, -1.0, -1.0, 0.0], [-0.1, -0.1, -2.0, -3.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    top1 = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    strategy = mopd_strategy()
+    sums: dict[str, float] = {}
+    total = torch.zeros(())
+    for rows, env in ((slice(0, 1), "a"), (slice(1, 2), "b")):
+        x = logp[rows].clone().requires_grad_(True)
+        inputs = LossInputs(x, mask[rows], torch.zeros(1), num_tokens=7.0, num_sequences=2, inference_logp=inf[rows],
+                            teacher_logp=teacher[rows], teacher_top1=top1[rows], env_ids=(env,))
+        loss, metrics = strategy.loss(inputs)
+        total = total + loss.detach()
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + value
+    out = strategy.finish_metrics(sums)
+    # the missing inference log-prob counts as ratio 1: the same loss as with inf = logp there
+    filled = torch.where(torch.isnan(inf), logp, inf)
+    assert total.item() == pytest.approx(mopd_loss(logp, filled, teacher, mask).item(), rel=1e-6)
+    assert out["mopd/tokens_without_inference_logprob"] == 1.0
+    assert out["mopd/gated_fraction"] == pytest.approx(1 / 7)
+    assert out["mopd/teacher_top1_agreement"] == pytest.approx(3 / 7)  # the padded [0, 3] does not count
+    a = (teacher - logp) * mask
+    assert out["mopd/reverse_kl"] == pytest.approx(-a.sum().item() / 7)
+    assert out["mopd/advantage_mean/a"] == pytest.approx(a[0].sum().item() / 3)
+    assert out["mopd/advantage_mean/b"] == pytest.approx(a[1].sum().item() / 4)
+    assert not any(key.startswith("mopd/_") for key in out)
+
+
+def test_mopd_refuses_tokens_the_teacher_did_not_score():
+    inputs = LossInputs(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1), 2.0, 1, inference_logp=torch.zeros(1, 2),
+                        teacher_logp=torch.tensor([[0.0, float("nan")]]))
+    with pytest.raises(ValueError, match="1 trained token"):
+        mopd_strategy().loss(inputs)
