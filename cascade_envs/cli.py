@@ -1,4 +1,4 @@
-"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox, serve-judge.
+"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox, serve-judge, filter.
 
 Every failure the user can fix is one line on stderr and a non-zero exit code; set
 ``CASCADE_ENVS_DEBUG=1`` for a traceback.
@@ -33,6 +33,15 @@ def _parse_weights(text: str) -> dict[str, float]:
         except ValueError:
             raise CascadeError(f"bad weight in --mix {part!r}: expected ID=NUMBER") from None
     return weights
+
+
+def _make_policy(args: argparse.Namespace) -> Any:
+    """The policy of ``--policy`` (with ``--model`` and ``--request-timeout`` for an HTTP one)."""
+    from .rollout import make_policy
+
+    if args.policy.startswith("http"):
+        return make_policy(args.policy, model=args.model, timeout_s=args.request_timeout)
+    return make_policy(args.policy)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -81,7 +90,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .envs import DEFAULT_EVAL_ENVS
     from .judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable
     from .mix import EnvMix, load_mix_file, parse_mix
-    from .rollout import RolloutRunner, SamplingParams, make_policy
+    from .rollout import RolloutRunner, SamplingParams
     from .rollout.metrics import MixMetrics
 
     env_kwargs: dict[str, dict[str, Any]] = {}
@@ -102,14 +111,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         mix = EnvMix(weights, seed=args.seed, env_kwargs=env_kwargs)
     except JudgeUnavailable as exc:
         raise JudgeUnavailable(exc.owner, f"add --judge-url {SERVE_JUDGE_URL}") from None
+    if args.ray:
+        from .distributed import attach_ray
+
+        attach_ray(mix, args.ray, env_actors=args.ray_actors)
     items = mix.sample(args.num_tasks) if args.num_tasks else mix.all_tasks(limit=args.limit)
     output = Path(args.output or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     if output.exists():
         output.unlink()
-    policy_kwargs: dict[str, Any] = {}
-    if args.policy.startswith("http"):
-        policy_kwargs = {"model": args.model, "timeout_s": args.request_timeout}
-    policy = make_policy(args.policy, **policy_kwargs)
+    policy = _make_policy(args)
     sampling = SamplingParams(args.max_tokens, args.temperature, args.top_p, seed=args.seed)
     runner = RolloutRunner(
         policy,
@@ -153,7 +163,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from .trainer.cli import train_main
 
-    return train_main(args.config, args.set or [])
+    return train_main(args.config, args.set or [], from_stage=args.from_stage)
 
 
 def cmd_serve_sandbox(args: argparse.Namespace) -> int:
@@ -179,6 +189,65 @@ def cmd_serve_judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_filter(args: argparse.Namespace) -> int:
+    from .env import run_sync
+    from .filtering import FilterJob, FilterSettings, format_histogram
+    from .judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable
+    from .policy import SamplingParams
+
+    try:
+        env_kwargs = json.loads(args.env_kwargs or "{}")
+    except json.JSONDecodeError as exc:
+        raise CascadeError(f"--env-kwargs is not valid JSON: {exc}") from None
+    if not isinstance(env_kwargs, dict):
+        raise CascadeError("--env-kwargs must be a JSON object")
+    if args.judge_url:
+        os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
+    settings = FilterSettings(args.k, args.keep_unsolved, args.solved_threshold, args.seed)
+    policy_id = args.policy if not args.policy.startswith("http") else f"http model {args.model or '(server default)'}"
+    job = FilterJob(args.env, args.tasks, args.output, settings, env_kwargs=env_kwargs, policy_id=policy_id,
+                    sampling=SamplingParams(args.max_tokens, args.temperature, args.top_p)).open(args.force)
+    policy: Any = _make_policy(args) if job.pending else None  # a finished folder needs no model
+
+    async def run() -> Any:
+        try:
+            return await job.arun(policy, concurrency=args.concurrency, episode_timeout_s=args.episode_timeout,
+                                  progress=not args.no_progress)
+        finally:
+            if policy is not None:
+                await policy.aclose()
+
+    try:
+        summary = run_sync(run())
+    except JudgeUnavailable as exc:
+        raise JudgeUnavailable(exc.owner, f"add --judge-url {SERVE_JUDGE_URL}") from None
+    print(format_histogram(summary.histogram))
+    print(json.dumps(summary.to_dict(), indent=2))
+    if not summary.complete:
+        print(f"{summary.counts['incomplete']} prompt(s) incomplete (rollouts not scored; see "
+              f"{summary.out_dir / 'outcomes.jsonl'}): rerun the same command to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_rollout_options(p: argparse.ArgumentParser) -> None:
+    """The policy, sampling and runner options that ``eval`` and ``filter`` share."""
+    p.add_argument("--policy", default="embedded", help="http(s)://HOST/v1, hf:PATH or embedded (default)")
+    p.add_argument("--model", help="model name for an HTTP policy (default: the server's first)")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="per model turn (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="(default %(default)s)")
+    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P, help="(default %(default)s)")
+    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                   help="episodes in flight at once (default %(default)s)")
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+                   help="overall deadline of one policy request, retries excluded (default %(default)s)")
+    p.add_argument("--episode-timeout", type=float, default=None, metavar="S",
+                   help="wall-clock budget of one episode; past it the episode ends truncated")
+    p.add_argument("--judge-url", metavar="URL[,URL...]",
+                   help="judge endpoint(s) of LLM-judged envs (default: $CASCADE_ENVS_JUDGE_URL)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cascade-envs", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -196,30 +265,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", metavar="ID", help="env id (repeatable); default: every CPU domain")
     p.add_argument("--mix", metavar="ID=W,... | FILE.yaml", help="weighted env mix (then --num-tasks samples)")
     p.add_argument("--tasks", metavar="PATH", help="task file (JSONL/Parquet) for the single --env")
-    p.add_argument("--policy", default="embedded", help="http(s)://HOST/v1, hf:PATH or embedded (default)")
-    p.add_argument("--model", help="model name for an HTTP policy (default: the server's first)")
     p.add_argument("-n", "--num-tasks", type=int, help="sample this many tasks from the mix")
     p.add_argument("--limit", type=int, help="at most this many tasks per env (without --num-tasks)")
     p.add_argument("-g", "--group-size", type=int, default=1, help="samples per task (default 1)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="per model turn (default %(default)s)")
-    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="(default %(default)s)")
-    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P, help="(default %(default)s)")
-    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
-                   help="episodes in flight at once (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
-                   help="overall deadline of one policy request, retries excluded (default %(default)s)")
-    p.add_argument("--episode-timeout", type=float, default=None, metavar="S",
-                   help="wall-clock budget of one episode; past it the episode ends truncated")
-    p.add_argument("--judge-url", metavar="URL[,URL...]",
-                   help="judge endpoint(s) of LLM-judged envs (default: $CASCADE_ENVS_JUDGE_URL)")
+    _add_rollout_options(p)
+    p.add_argument("--ray", metavar="ADDRESS", help="play and score the envs on Ray actors: 'auto' joins a "
+                   "running cluster, 'local' starts one (default: all in this process)")
+    p.add_argument("--ray-actors", type=int, default=0, metavar="N", help="Ray actors per env (default: one per CPU)")
     p.add_argument("-o", "--output", help="results JSONL (default runs/eval-TIMESTAMP.jsonl)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(fn=cmd_eval)
 
-    p = sub.add_parser("train", help="GRPO training on an env mix (default: the embedded smoke run)")
-    p.add_argument("config", nargs="?", help="training config YAML (default: the embedded default)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value")
+    p = sub.add_parser("train", help="RL training on an env mix, or a Cascade RL pipeline (default: the embedded smoke run)")
+    p.add_argument("config", nargs="?", metavar="CONFIG",
+                   help="a config YAML or a shipped config name (if_rl, cascade_smoke, ...); a file with a top-level "
+                        "'stages:' list runs a pipeline (default: the embedded single run)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config value; in a pipeline: model.*/output_dir/eval.* set the pipeline, "
+                        "STAGE:KEY=VALUE one stage, any other key every stage")
+    p.add_argument("--from-stage", metavar="NAME",
+                   help="pipeline only: train again from this stage on (its earlier runs are moved aside)")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("serve-sandbox", help="run the code-verification HTTP service")
@@ -246,6 +311,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback --host (the server has no authentication)")
     p.set_defaults(fn=cmd_serve_judge)
+
+    p = sub.add_parser("filter", help="difficulty filtering: drop prompts a policy solves k/k, keep a share of 0/k")
+    p.add_argument("--env", required=True, metavar="ID", help="env id whose rows --tasks holds")
+    p.add_argument("--tasks", required=True, metavar="PATH", help="task file (JSONL/Parquet, or bundled:DOMAIN/FILE)")
+    p.add_argument("--env-kwargs", metavar="JSON", help="env constructor arguments as a JSON object")
+    p.add_argument("-k", type=int, default=8, help="rollouts per prompt (default %(default)s)")
+    p.add_argument("--keep-unsolved", type=float, default=1.0, metavar="FRACTION",
+                   help="seeded share of 0/k prompts kept (default %(default)s: all; the SWE curation uses 0.1)")
+    p.add_argument("--solved-threshold", type=float, default=1.0, metavar="R",
+                   help="a rollout is solved when its reward is >= R (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the keep-unsolved draw (default %(default)s)")
+    _add_rollout_options(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
+                   help="output folder (outcomes.jsonl, kept.jsonl, histogram.txt, ...); rerun to resume")
+    p.add_argument("--force", action="store_true", help="start over in an OUT_DIR made with other arguments")
+    p.set_defaults(fn=cmd_filter)
     return parser
 
 

@@ -15,6 +15,7 @@ BUILTIN_ENVS: dict[str, tuple[str, dict]] = {
     "cascade/GenRM-v0": ("cascade_envs.envs.genrm.env:GenRMEnv", {}),
     "cascade/LongContextQA-v0": ("cascade_envs.envs.long_context.env:LongContextQAEnv", {}),
     "cascade/AgentlessRepair-v0": ("cascade_envs.envs.agentless.env:AgentlessRepairEnv", {}),
+    "cascade/SWE-v0": ("cascade_envs.envs.swe.env:SweEnv", {}),
 }
 
 
@@ -33,3 +34,9 @@ DEFAULT_EVAL_ENVS: tuple[str, ...] = (
 def cascade_envs_register_envs(register) -> None:
     for env_id, (entry_point, kwargs) in BUILTIN_ENVS.items():
         register(env_id, entry_point=entry_point, **kwargs)
+
+
+@hookimpl
+def cascade_envs_register_judges(register) -> None:
+    # the embedded 135M model as an in-process judge (judge_url: embedded): the CPU smoke runs need no server
+    register("embedded", entry_point="cascade_envs.judges.embedded:EmbeddedJudge")

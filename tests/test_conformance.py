@@ -5,6 +5,7 @@ Adding a built-in env without a case here fails ``test_every_builtin_env_has_a_c
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from importlib import resources
 from typing import Any
@@ -19,6 +20,9 @@ from tests.envs.agentless.reference_judge import WRONG_FIX as AGENTLESS_WRONG
 from tests.envs.agentless.reference_judge import ReferenceJudge
 from tests.envs.genrm.scripted import RubricJudge
 from tests.envs.long_context.matching import MatchingJudge
+from tests.envs.swe.conftest import call as swe_call
+from tests.envs.swe.conftest import fix_calls as swe_fix_calls
+from tests.envs.swe.conftest import row as swe_row
 
 
 def bundled(domain: str, index: int = 0) -> dict[str, Any]:
@@ -105,7 +109,16 @@ CASES: dict[str, dict[str, Any]] = {
                      ({**bundled("agentless"), "patch": "nonsense"}, "patch")],
         "env_kwargs": {"judge_url": ReferenceJudge()},
     },
+    "cascade/SWE-v0": {  # needs the OpenHands SDK (Python >= 3.12): run by .ci/swe.sh's venv
+        "good_row": swe_row("inilite"),
+        "good_answer": swe_fix_calls("inilite")[0] + swe_call("finish", message="Done."),
+        "bad_answer": swe_call("terminal", command="ls") + swe_call("finish", message="Done."),
+        "bad_rows": [({**swe_row("inilite"), "FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"),
+                     ({**swe_row("inilite"), "repo_snapshot": None}, "repo_snapshot")],
+        "env_kwargs": {"command_timeout_s": 10},
+    },
 }
+NEEDS_OPENHANDS = {"cascade/SWE-v0"}
 
 
 def test_every_builtin_env_has_a_case():
@@ -115,6 +128,8 @@ def test_every_builtin_env_has_a_case():
 
 @pytest.mark.parametrize("env_id", sorted(CASES))
 def test_builtin_env_conforms(env_id):
+    if env_id in NEEDS_OPENHANDS and importlib.util.find_spec("openhands") is None:
+        pytest.skip(f"{env_id} needs the OpenHands SDK (Python >= 3.12): bash .ci/swe.sh runs it")
     check_env(env_id, **CASES[env_id])
 
 

@@ -147,11 +147,14 @@ class RayConfig:
     """Ray scale-out of env workers, sandboxes and judges."""
 
     address: str | None = None
-    """``null``: everything runs in one process; ``auto`` joins a running cluster (or a Ray address)."""
+    """``null``: everything runs in one process and Ray is never imported; ``auto`` joins a running
+    cluster (or give a Ray address); ``local`` starts one with this machine's CPUs."""
     env_actors: int = 0
-    """Env worker actors (0: envs run in the trainer process)."""
+    """Actors per env of the mix (0: one per CPU of the cluster); each holds its own env instance."""
     actor_options: dict[str, Any] = field(default_factory=dict)
-    """Options passed to every env actor (Ray's ``.options(...)``: ``num_cpus``, ``resources``...)."""
+    """Ray's ``.options(...)`` for every env actor (``num_cpus``, ``resources``, ``runtime_env``...), plus the
+    pool's own keys ``call_timeout_s``, ``retries``, ``ready_timeout_s`` and ``placement_strategy``
+    (see ``cascade_envs.distributed``)."""
 
 
 @dataclass

@@ -76,6 +76,11 @@ class GRPOTrainer:
         weights, env_kwargs = config.mix_weights()
         seed = config.train.seed if config.mix.seed is None else config.mix.seed
         self.mix = EnvMix(weights, seed=seed, env_kwargs=env_kwargs)
+        if config.ray.address is not None:
+            from ..distributed import attach_ray
+
+            attach_ray(self.mix, config.ray.address, env_actors=config.ray.env_actors,
+                       actor_options=config.ray.actor_options)
         resume_from = resume[0] if resume else None
         if model is None:
             model_path(config.model.path)  # a clear error for a bad path, even when resuming

@@ -18,7 +18,9 @@ reaches no network). Where it does not work, ``get_sandbox()`` refuses with one 
 
 The backend chosen is logged once per process (a warning for backends weaker than the default).
 Model code never runs unsandboxed unless the backend ``"unsafe-subprocess"`` is named explicitly.
-Third-party backends register through the ``cascade_envs_register_sandboxes`` plugin hook.
+Agentic envs give a session a ``Workspace`` (``workspace.py``): a repository at its own path
+(e.g. ``/testbed``), an image or root, extra mounts. Third-party backends register through the
+``cascade_envs_register_sandboxes`` plugin hook.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from ..registry import sandboxes
 from .base import Sandbox, Session
 from .results import EXECUTABLE, ExecResult, File, SandboxError
+from .workspace import Mount, Workspace
 
 DEFAULT_ORDER = ("bwrap",)
 """Backends tried, in order, when none is named: only those that keep the default's promise."""
@@ -42,9 +45,11 @@ __all__ = [
     "EXECUTABLE",
     "ExecResult",
     "File",
+    "Mount",
     "Sandbox",
     "SandboxError",
     "Session",
+    "Workspace",
     "available_backends",
     "default_backend",
     "get_sandbox",

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 from ..env import run_sync
 from . import protocol
 from .results import ExecResult, File, FileData, SandboxError, normalise_files
+from .workspace import Workspace, source_files
 
 STREAM_LIMIT = 1 << 28
 """Largest byte string accepted from an agent (a file read back, or a capped output)."""
@@ -77,11 +78,14 @@ class Session:
     Commands run one at a time. Use ``async with await sandbox.asession() as s:``.
     """
 
-    def __init__(self, launch: Launch, sandbox: Sandbox):
+    def __init__(self, launch: Launch, sandbox: Sandbox, workspace: Workspace | None = None):
         self.launch = launch
         self.sandbox = sandbox
+        self.workspace = workspace
+        """The session's workspace (``workspace.py``), or ``None`` for a plain scratch-dir session."""
         self.backend = sandbox.name
         self.workdir = launch.workdir
+        """Where commands run, as they see it (a workspace's ``workdir``, or the backend's scratch dir)."""
         self.defaults = dict(sandbox.defaults)
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.StreamReader
@@ -211,6 +215,8 @@ class Session:
             "nproc": int(self.defaults["nproc"]),
             "cwd": cwd,
         }
+        if env is None and self.workspace is not None:
+            env = self.workspace.command_env(self.workdir)
         if env is not None:
             request["env"] = {str(k): str(v) for k, v in env.items()}
         start = time.monotonic()
@@ -340,17 +346,30 @@ class Sandbox(ABC):
     def _launch(self, network: bool) -> Launch:
         """How to start the agent for one session."""
 
+    def _launch_workspace(self, network: bool, workspace: Workspace) -> Launch:
+        """How to start the agent for a workspace session (``workspace.py``); backends that have one override it."""
+        raise SandboxError(f"the {self.name!r} sandbox backend has no workspace mode (use bwrap, local or docker)")
+
     session_class: ClassVar[type[Session]] = Session
 
-    async def asession(self, *, network: bool = False, files: Mapping[str, FileData | File] | None = None) -> Session:
-        """Start a long-lived sandbox; ``files`` are written into its work dir."""
-        session = await self.session_class(self._launch(network), self).start()
-        if files:
-            try:
+    async def asession(self, *, network: bool = False, files: Mapping[str, FileData | File] | None = None,
+                       workspace: Workspace | None = None) -> Session:
+        """Start a long-lived sandbox; ``files`` are written into its work dir.
+
+        With ``workspace`` the session's file system is that workspace's (its ``source`` copied into
+        its ``workdir`` before ``files``); a copy that fails closes the session and raises ``SandboxError``.
+        """
+        launch = self._launch(network) if workspace is None else self._launch_workspace(network, workspace)
+        session = await self.session_class(launch, self, workspace).start()
+        try:
+            if workspace is not None and workspace.source is not None:
+                for chunk in await asyncio.to_thread(source_files, workspace.source, workspace.workdir_mb):
+                    await session.awrite(chunk)
+            if files:
                 await session.awrite(files)
-            except BaseException:
-                await session.aclose()
-                raise
+        except BaseException:
+            await session.aclose()
+            raise
         return session
 
     async def arun(

@@ -9,6 +9,10 @@ so a session's files can pin at most ``memory_mb`` of host RAM) unless ``workdir
 shared memory) counts against that command's ``memory_mb`` (see ``agent.py``). The host's home,
 ``/etc`` and everything else are simply absent. The agent is PID 1, so a command's leftovers are
 killed after it, nothing it runs can signal it, and everything dies with the session.
+
+Workspace mode (``workspace.py``): the work dir is a RAM disk of ``workspace.workdir_mb`` at
+``workspace.workdir`` (e.g. ``/testbed``), the root is ``workspace.root`` (read-only) or ``/usr``
+as above, and ``workspace.mounts`` are added; the rest is the same.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import subprocess
 import sys
 
 from .base import Launch, Sandbox, agent_source, as_user
+from .workspace import Workspace
 
 WORKDIR = "/sandbox"
 NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -92,7 +97,17 @@ class BwrapSandbox(Sandbox):
         return _probe(65534 if os.geteuid() == 0 else None)
 
     def _launch(self, network: bool) -> Launch:
-        argv = _root_args(shutil.which("bwrap") or "bwrap")
+        return self._launch_in(network, _root_args(shutil.which("bwrap") or "bwrap"), WORKDIR, self.workdir_mb)
+
+    def _launch_workspace(self, network: bool, workspace: Workspace) -> Launch:
+        """``workspace.root`` (or ``/usr``) read-only, its mounts, and a RAM disk of ``workdir_mb`` at its workdir."""
+        exe = shutil.which("bwrap") or "bwrap"
+        argv = [exe, "--ro-bind", workspace.root, "/"] if workspace.root else _root_args(exe)
+        for mount in workspace.mounts:
+            argv += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
+        return self._launch_in(network, argv, workspace.workdir, workspace.workdir_mb)
+
+    def _launch_in(self, network: bool, argv: list[str], workdir: str, workdir_mb: int) -> Launch:
         binds = self.ro_binds + (tuple(p for p in NETWORK_FILES if os.path.exists(p)) if network else ())
         for path in binds:
             argv += ["--ro-bind", path, path]
@@ -100,14 +115,14 @@ class BwrapSandbox(Sandbox):
             "--proc", "/proc", "--dev", "/dev",
             "--size", str(self.shm_mb << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
             "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
-            "--size", str(self.workdir_mb << 20), "--tmpfs", WORKDIR,
+            "--size", str(workdir_mb << 20), "--tmpfs", workdir,
             "--remount-ro", "/",
-            "--chdir", WORKDIR, *NAMESPACES,
+            "--chdir", workdir, *NAMESPACES,
             *([] if network else ["--unshare-net"]),
             "--hostname", "sandbox",
-            self.python, "-I", "-S", "-c", agent_source(), WORKDIR, f"account={WORKDIR}:/tmp:/dev/shm,ipc",
+            self.python, "-I", "-S", "-c", agent_source(), workdir, f"account={workdir}:/tmp:/dev/shm,ipc",
         ]
-        return Launch(argv, WORKDIR, user=self.run_as, agent_protected=True)
+        return Launch(argv, workdir, user=self.run_as, agent_protected=True)
 
 
 if sys.platform != "linux":  # pragma: no cover

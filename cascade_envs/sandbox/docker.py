@@ -4,6 +4,13 @@ The container runs the same agent as the other backends (so ``python3`` must be 
 read-only, without network unless asked, with no capabilities, ``no-new-privileges``, a PID
 limit, a memory limit and size-capped tmpfs work and temp dirs. The agent's stdin/stdout travel over
 the attach socket, whose stdout/stderr frames are de-multiplexed here.
+
+Workspace mode (``workspace.py``): the container comes from ``workspace.image`` and works in
+``workspace.workdir``. With a ``source`` tree that dir is a size-capped tmpfs the tree is copied
+into and the root stays read-only; without one the repository is the image's own (SWE-bench
+images keep it at ``/testbed``), so the root is writable (the container's own layer, removed with
+it) and commands run as ``workspace_user`` (default ``root``, as those images expect; still with no
+capabilities, ``no-new-privileges``, no network, the PID and memory limits).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import struct
 from typing import Any
 
 from .base import STREAM_LIMIT, Launch, Sandbox, Session, agent_source
+from .workspace import Workspace
 
 WORKDIR = "/sandbox"
 HEADER = struct.Struct(">BxxxI")
@@ -43,22 +51,31 @@ class DockerSession(Session):
         import docker
 
         sb = self.sandbox
+        ws = self.workspace
+        image, tmpfs, read_only, volumes = sb.image, {WORKDIR: f"size={sb.workdir_mb}m,mode=1777"}, True, {}
+        if ws is not None:
+            image = ws.image or sb.image
+            # a source tree goes into a tmpfs; without one the repository is the image's own (writable root)
+            tmpfs = {ws.workdir: f"size={ws.workdir_mb}m,mode=1777"} if ws.source is not None else {}
+            read_only = ws.source is not None
+            volumes = {m.source: {"bind": m.target, "mode": "rw" if m.writable else "ro"} for m in ws.mounts}
         client = await asyncio.to_thread(docker.from_env)
         self.container = await asyncio.to_thread(
             client.containers.create,
-            sb.image,
+            image,
             command=self.launch.argv,
             stdin_open=True,
             network_disabled=not self.launch.network,
             mem_limit=f"{sb.container_memory_mb}m",
             pids_limit=self.defaults["nproc"],
             nano_cpus=int(sb.cpus * 1e9),
-            read_only=True,
-            tmpfs={WORKDIR: f"size={sb.workdir_mb}m,mode=1777", "/tmp": "size=64m,mode=1777"},
-            user=f"{sb.run_as or 65534}:{sb.run_as or 65534}",
+            read_only=read_only,
+            tmpfs={**tmpfs, "/tmp": "size=64m,mode=1777"},
+            volumes=volumes,
+            user=f"{sb.run_as or 65534}:{sb.run_as or 65534}" if read_only else sb.workspace_user,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            working_dir=WORKDIR,
+            working_dir=self.launch.workdir,
         )
         socket = await asyncio.to_thread(
             self.container.attach_socket, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -107,10 +124,10 @@ class DockerSandbox(Sandbox):
     session_class = DockerSession
 
     def __init__(self, *, image: str = "python:3.11-slim", cpus: float = 1.0, container_memory_mb: int = 2048,
-                 workdir_mb: int = 256, **kwargs: Any):
+                 workdir_mb: int = 256, workspace_user: str = "root", **kwargs: Any):
         kwargs.setdefault("python", "python3")
         super().__init__(**kwargs)
-        self.image, self.cpus = image, cpus
+        self.image, self.cpus, self.workspace_user = image, cpus, workspace_user
         self.container_memory_mb, self.workdir_mb = container_memory_mb, workdir_mb
         self.run_as = kwargs.get("run_as") or 65534
 
@@ -130,3 +147,8 @@ class DockerSandbox(Sandbox):
         # The agent is the container's main process (PID 1 of its PID namespace): nothing it runs can signal it.
         return Launch([self.python, "-I", "-S", "-c", agent_source(), WORKDIR], WORKDIR, network=network,
                       agent_protected=True)
+
+    def _launch_workspace(self, network: bool, workspace: Workspace) -> Launch:
+        """One container of ``workspace.image`` (or the sandbox's) working in ``workspace.workdir``."""
+        return Launch([self.python, "-I", "-S", "-c", agent_source(), workspace.workdir], workspace.workdir,
+                      network=network, agent_protected=True)

@@ -10,7 +10,9 @@ What it does guarantee: commands run as an unprivileged uid when started as root
 unprivileged user namespaces work, the agent runs in its own user, PID, network (unless asked),
 IPC and mount namespaces with every capability dropped, so it is PID 1 (leftover processes are
 killed after each command; nothing a command does can signal it), there is no network and no way
-to reach host processes, and System V objects are removed after each command. Without namespaces
+to reach host processes, and System V objects are removed after each command. Workspace mode:
+the work dir is a fresh host temp dir (``cascade-workspace-*``) standing for ``workspace.workdir``,
+removed with the session; a workspace root, image or mounts are refused. Without namespaces
 (logged once) it is rlimits only: a command can open connections, leave daemons and signal the
 agent (the host then blames the command, ``killed_by="agent_killed"``). Use ``bwrap`` or
 ``docker`` for untrusted code.
@@ -25,6 +27,8 @@ import subprocess
 import tempfile
 
 from .base import Launch, Sandbox, agent_source, as_user
+from .results import SandboxError
+from .workspace import Workspace
 
 log = logging.getLogger("cascade_envs.sandbox")
 
@@ -68,8 +72,14 @@ class LocalSandbox(Sandbox):
     name = "local"
     caveat = "weaker than bwrap: the host file system is readable and writable where its uid allows"
 
-    def _launch(self, network: bool) -> Launch:
-        workdir = tempfile.mkdtemp(prefix="cascade-sandbox-")
+    def _launch_workspace(self, network: bool, workspace: Workspace) -> Launch:
+        """A host temp dir stands for ``workspace.workdir`` (``Session.workdir`` names it); no root, image or mounts."""
+        if workspace.root or workspace.mounts or workspace.image:
+            raise SandboxError("the local sandbox cannot serve a workspace root, image or mounts (use bwrap or docker)")
+        return self._launch(network, dir_prefix="cascade-workspace-")
+
+    def _launch(self, network: bool, dir_prefix: str = "cascade-sandbox-") -> Launch:
+        workdir = tempfile.mkdtemp(prefix=dir_prefix)
         if self.run_as is not None:
             os.chown(workdir, self.run_as, self.run_as)
         os.chmod(workdir, 0o700)

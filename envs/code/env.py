@@ -65,7 +65,10 @@ class CodeEnv(Env):
         elif ray_actors is not None:
             from .ray_verifier import RayVerifier
 
-            self.client = RayVerifier(ray_actors, sandbox=sandbox if isinstance(sandbox, str) else None, config=config)
+            settings = {"sandbox": sandbox if isinstance(sandbox, str) else None, "time_limit_s": time_limit_s,
+                        "memory_mb": memory_mb, "total_time_s": total_time_s,
+                        "stop_at_first_failure": stop_at_first_failure}
+            self.client = RayVerifier(ray_actors, settings)
         else:  # choose the backend now: without a usable one this raises (one line naming the fix)
             _ = self.judge.sandbox
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 
 from cascade_envs.envs.code.env import CodeEnv
+from tests import ray_local
+from tests.ray_local import kill_and_wait
+
+local_ray = ray_local.local_ray  # the module-scoped Ray fixture
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cascade-envs[ray]')")
 # Ray's object store lives in /dev/shm: keep it apart from the tests that measure host shared memory.
@@ -19,20 +19,6 @@ pytestmark = pytest.mark.xdist_group("host-shared-memory")
 TASK = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}}}
 GOOD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 BAD = "```python\nprint(3)\n```"
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    root = Path(tempfile.mkdtemp(prefix="cr-"))  # short: Ray's socket paths must stay under 108 bytes
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RAY_TMPDIR", str(root))
-    mp.setenv("HOME", str(root))
-    mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(root / "t"))
-    yield ray
-    ray.shutdown()
-    mp.undo()
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -60,20 +46,26 @@ def test_scores_through_ray_actors_like_locally(local_ray, envs):
 
 
 @pytest.mark.slow
-def test_a_dead_actor_gives_a_masked_reward_then_recovers(local_ray, envs):
+def test_a_killed_actor_is_replaced_and_the_response_judged_again(local_ray, envs):
     env = CodeEnv(tasks=[TASK], ray_actors=1, time_limit_s=2)
     envs.append(env)
     actor = env.client.actors[0]
     assert asyncio.run(env.areward(TASK, GOOD)).value == 1
-    ray.kill(actor, no_restart=False)
+    kill_and_wait(actor)
     reward = asyncio.run(env.areward(TASK, GOOD))
-    assert reward.masked and "Ray verifier actor failed" in reward.error
-    for _ in range(120):  # Ray restarts the actor; give it up to a minute on a busy machine
-        reward = asyncio.run(env.areward(TASK, GOOD))
-        if not reward.masked:
-            break
-        time.sleep(0.5)
-    assert reward.value == 1
+    assert (reward.value, reward.masked) == (1, False)
+    assert env.client.actors[0] != actor and env.client.pool.generation == [1]
+
+
+@pytest.mark.slow
+def test_an_actor_that_keeps_dying_gives_a_masked_reward_naming_why(local_ray, envs):
+    env = CodeEnv(tasks=[TASK], ray_actors=1, time_limit_s=2)
+    envs.append(env)
+    env.client.pool.retries = 0
+    kill_and_wait(env.client.actors[0])
+    reward = asyncio.run(env.areward(TASK, GOOD))
+    assert reward.masked and "Ray verifier" in reward.error and "died" in reward.error
+    assert asyncio.run(env.areward(TASK, GOOD)).value == 1  # its replacement serves the next call
 
 
 def test_choosing_both_transports_is_an_error():

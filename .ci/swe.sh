@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The SWE env's tests with the OpenHands SDK, which needs Python >= 3.12: in a venv of its own,
+# <repo>/.venv-swe (override: SWE_VENV=...), built here idempotently from pyenv's 3.12 (or
+# PYTHON312=...): the project, editable, with its `swe` extra (openhands-sdk, openhands-tools,
+# docker; no torch), plus pytest. A venv whose SDK already imports is reused. Runs tests/envs/swe
+# (episodes end to end in bwrap and local workspaces) and the sandbox's workspace tests; a missing
+# SDK or interpreter fails this script, it never skips.
+#
+#   bash .ci/swe.sh [extra pytest args]
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SWE_VENV:-$ROOT/.venv-swe}"
+PY="$VENV/bin/python"
+TEST_DEPS=(pytest pytest-timeout pytest-xdist)
+
+log() { printf '[swe.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
+# pip, minus the warnings about this machine's absent local index folders.
+pip_install() {
+    "$PY" -m pip install --quiet "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+}
+sdk_imports() { OPENHANDS_SUPPRESS_BANNER=1 LITELLM_LOCAL_MODEL_COST_MAP=True "$PY" -c "import openhands.tools.terminal.definition" >/dev/null 2>&1; }
+t0=$SECONDS
+
+if [[ ! -x "$PY" ]]; then
+    BASE="${PYTHON312:-$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python 2>/dev/null | sort -V | tail -1)}"
+    [[ -n "$BASE" && -x "$BASE" ]] || { echo "swe.sh: no Python 3.12 found (set PYTHON312=/path/to/python3.12)" >&2; exit 1; }
+    log "creating $VENV from $BASE"
+    "$BASE" -m venv "$VENV"
+fi
+
+if sdk_imports; then
+    log "reusing $VENV"
+    pip_install -e "$ROOT" --no-deps
+else
+    log "installing the project with its swe extra"
+    pip_install -e "$ROOT[swe]"
+fi
+sdk_imports || { echo "swe.sh: the OpenHands SDK does not import after installing cascade-envs[swe]" \
+                      "(does pyproject.toml's swe extra list openhands-sdk and openhands-tools?)" >&2; exit 1; }
+pip_install "${TEST_DEPS[@]}"
+versions=$("$PY" -m pip list 2>/dev/null | awk '/^openhands-(sdk|tools) /{printf "%s %s ", $1, $2}')
+log "venv ready in $((SECONDS - t0)) s: $("$PY" -V) $versions"
+
+t1=$SECONDS
+cd "$ROOT"
+set +e
+"$PY" -m pytest tests/envs/swe tests/sandbox/test_workspace.py -q -n 0 -p no:cacheprovider "$@"
+rc=$?
+set -e
+log "SWE tests finished in $((SECONDS - t1)) s (exit $rc)"
+exit $rc

@@ -1,0 +1,250 @@
+"""``cascade/SWE-v0``: an agent fixes a real repository through OpenHands' tools; its tests decide the reward.
+
+The execution-based SWE RL stage of the Nemotron-Cascade-2 report: the policy works inside the
+OpenHands scaffold (its terminal, file-editor and finish tools) for up to 200 turns in a 256K
+context, in non-thinking mode, and is rewarded by running the repository's tests.
+
+Why the OpenHands *SDK* (``openhands-sdk``, ``openhands-tools``) and not the ``openhands-ai``
+application: the SDK is the library the application is built on and holds exactly what the policy
+sees (each tool's name, description, JSON schema and observation text), while the application
+pins hundreds of packages (a web server, a runtime image builder) and an older SDK. The SDK's
+executors are not used: they run on the host (tmux, host files), and model commands here run in
+the sandbox layer's workspace mode, one workspace per episode (``tools.py`` says what comes from
+where). The SDK needs Python >= 3.12: on 3.11 this module imports, and making the env refuses with
+one line naming the fix.
+
+An episode:
+
+- setup (``on_reset``): a sandbox session whose workspace holds the repository at the task's
+  ``workdir`` (``/testbed``): the row's snapshot copied in (bwrap, local) or the task's image
+  (docker), then its ``setup_cmd``. Anything failing here raises ``SandboxError`` from ``reset``;
+  the runner masks such an episode (``Reward.failed``), it is never scored 0;
+- turns: the ``<tool_call>`` blocks of each reply run in order (at most ``max_calls_per_turn``);
+  broken JSON, unknown tools and bad arguments come back as error messages and the episode goes
+  on. It ends when ``finish`` is called or a reply has no tool call; at ``max_turns`` (default
+  200), the runner's deadline, token budget or a context overflow it ends truncated, scored 0;
+- reward: after a finished episode the tests run in the same workspace (``grading.py``): 1 iff
+  every FAIL_TO_PASS and PASS_TO_PASS test passes; a finished episode whose last reply is empty
+  and called no ``finish`` earns 0 without a test run; a workspace lost mid-episode (the sandbox
+  died) masks the sample;
+- cleanup (``on_end``): the session closes and its workspace is removed.
+
+Backends: ``sandbox="bwrap"`` (default where it works), ``"local"`` (weaker; its workspace is a host
+temp dir, whose path replaces ``workdir`` in the prompt), ``"docker"`` (the task's ``image``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs.core import Completion, Message
+from cascade_envs.episode import Episode, Turn
+from cascade_envs.reasoning import split_reasoning
+from cascade_envs.sandbox import Sandbox, SandboxError, Session, Workspace, get_sandbox
+from cascade_envs.tools import with_tools
+
+from .grading import TEST_TIMEOUT_S, check_test_patch, grade
+from .task import SweTask, read_task
+from .tools import OpenHandsSDK, WorkspaceTools
+
+log = logging.getLogger("cascade_envs.envs.swe")
+
+MAX_TURNS = 200
+MAX_CALLS_PER_TURN = 16
+SETUP_TIMEOUT_S = 300.0
+SYSTEM_PROMPT = (
+    "You are a software engineer working in a code repository. Use the tools to explore the code, reproduce "
+    "the problem, edit files and run commands. The environment has no network access. When the issue is "
+    "resolved (or you cannot go further), call the finish tool."
+)
+USER_PROMPT = (
+    "<uploaded_files>\n{workdir}\n</uploaded_files>\n"
+    "The repository is at {workdir}. Consider the following issue:\n\n<issue_description>\n{issue}\n"
+    "</issue_description>\n\nMake the minimal changes to non-test files in {workdir} so that the issue is "
+    "resolved. Tests that check the fix exist already or will be added: you do not need to write them."
+)
+
+
+@dataclass
+class SweEpisode:
+    """One episode's state: its task and its tools (session, shell, editor)."""
+
+    task: SweTask
+    tools: WorkspaceTools
+    calls: int = 0
+
+    @property
+    def session(self) -> Session:
+        return self.tools.session
+
+
+class SweEnv(Env):
+    """Repository repair through OpenHands' tools in a sandbox workspace, rewarded by the repository's tests.
+
+    ``sandbox``: a backend name or instance (default ``bwrap``). ``command_timeout_s``: a terminal
+    command's timeout when the call gives none; ``max_command_timeout_s`` caps the ones it gives.
+    ``test_timeout_s``, ``setup_timeout_s``: the grading run and the setup command.
+    ``max_result_chars``: the longest tool message. ``memory_mb``, ``nproc``, ``output_limit_mb``:
+    per-command limits. ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
+    unset: the runner's) bound an episode; the report's 256K context is the engine's, whose
+    overflow ends the episode truncated.
+    """
+
+    default_tasks: ClassVar[str | None] = "bundled:swe/tasks.jsonl"
+    max_turns = MAX_TURNS
+    thinking = False
+    """The report trains execution-based SWE in non-thinking mode."""
+
+    def __init__(
+        self,
+        tasks: Any = None,
+        *,
+        sandbox: str | Sandbox | None = None,
+        command_timeout_s: float = 120.0,
+        max_command_timeout_s: float = 600.0,
+        test_timeout_s: float = TEST_TIMEOUT_S,
+        setup_timeout_s: float = SETUP_TIMEOUT_S,
+        max_calls_per_turn: int = MAX_CALLS_PER_TURN,
+        max_result_chars: int = 30_000,
+        memory_mb: int = 2048,
+        nproc: int = 256,
+        output_limit_mb: float = 4,
+        **kwargs: Any,
+    ):
+        if max_calls_per_turn < 1:
+            raise ValueError("max_calls_per_turn must be at least 1")
+        for name, value in (("command_timeout_s", command_timeout_s), ("max_command_timeout_s", max_command_timeout_s),
+                            ("test_timeout_s", test_timeout_s), ("setup_timeout_s", setup_timeout_s)):
+            if not value > 0:
+                raise ValueError(f"{name} must be positive")
+        self.sdk = OpenHandsSDK()  # refuses here, with the fix, where the SDK is missing
+        self.sandbox = get_sandbox(sandbox, timeout_s=command_timeout_s, memory_mb=memory_mb, nproc=nproc,
+                                   output_limit_mb=output_limit_mb) if not isinstance(sandbox, Sandbox) else sandbox
+        self.command_timeout_s, self.max_command_timeout_s = float(command_timeout_s), float(max_command_timeout_s)
+        self.test_timeout_s, self.setup_timeout_s = float(test_timeout_s), float(setup_timeout_s)
+        self.max_calls_per_turn = int(max_calls_per_turn)
+        self.max_result_chars = int(max_result_chars)
+        self._toolboxes: dict[str, Any] = {}
+        self._rows: dict[int, tuple[dict[str, Any], SweTask]] = {}
+        super().__init__(tasks, **kwargs)
+
+    # ----- rows ---------------------------------------------------------------------------------
+
+    def load_task(self, row: dict[str, Any]) -> Task:
+        self._read(row)
+        return row
+
+    def _read(self, row: dict[str, Any]) -> SweTask:
+        """The row, read once (rows are never changed in place); ``TaskError`` when it is bad."""
+        cached = self._rows.get(id(row))
+        if cached is not None and cached[0] is row:
+            return cached[1]
+        task = read_task(row)
+        if task.files is None and task.source is None and self.sandbox.name != "docker":
+            raise TaskError(f"the repository is only in the image {task.image!r}: use sandbox='docker'", "repo_snapshot")
+        if len(self._rows) > 4096:
+            self._rows.clear()
+        self._rows[id(row)] = (row, task)
+        return task
+
+    def toolbox(self, workdir: str) -> Any:
+        if workdir not in self._toolboxes:
+            self._toolboxes[workdir] = self.sdk.toolbox(workdir, max_result_chars=self.max_result_chars,
+                                                        timeout_s=self.max_command_timeout_s + 60)
+        return self._toolboxes[workdir]
+
+    def prompt(self, task: Task) -> list[Message]:
+        read = self._read(task)
+        messages: list[Message] = [
+            {"role": "system", "content": self.system_prompt or SYSTEM_PROMPT},
+            {"role": "user", "content": USER_PROMPT.format(workdir=read.workdir, issue=read.problem_statement.strip())},
+        ]
+        return with_tools(messages, self.toolbox(read.workdir).specs())
+
+    # ----- episodes -----------------------------------------------------------------------------
+
+    async def on_reset(self, episode: Episode) -> None:
+        task = self._read(episode.task)
+        workspace = Workspace(workdir=task.workdir, source=task.source,
+                              image=task.image if self.sandbox.name == "docker" else None)
+        session = await self.sandbox.asession(workspace=workspace, files=task.files)
+        try:
+            if task.setup_cmd:
+                done = await session.arun(["bash", "-c", task.setup_cmd], timeout_s=self.setup_timeout_s)
+                if not done.ok:
+                    raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: "
+                                       f"setup_cmd {done.describe()}")
+            problem = await check_test_patch(session, task)
+            if problem is not None:
+                raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: {problem}")
+        except BaseException:
+            await session.aclose()
+            raise
+        root = session.workdir
+        if root != task.workdir:  # a backend that cannot place the repository at workdir (local)
+            for message in episode.messages:
+                message["content"] = str(message["content"]).replace(task.workdir, root)
+        tools = WorkspaceTools(self.sdk, session, root, default_timeout_s=self.command_timeout_s,
+                               max_timeout_s=self.max_command_timeout_s)
+        episode.state = SweEpisode(task, tools)
+
+    async def on_end(self, episode: Episode) -> None:
+        state: SweEpisode | None = episode.state
+        episode.state = None
+        if state is not None:
+            await state.session.aclose()
+
+    async def aturn(self, episode: Episode, completion: Completion) -> Turn:
+        if completion.truncated:  # cut mid-reply: run nothing; the base class ends the episode
+            return Turn()
+        state: SweEpisode = episode.state
+        split = split_reasoning(completion)
+        parsed = self.parse_tool_calls(split.answer)
+        if split.unterminated or not (parsed.calls or parsed.errors):
+            return Turn(done=True)
+        observation: list[Message] = [{"role": "tool", "content": f"Error: {error}"} for error in parsed.errors]
+        toolbox = self.toolbox(state.task.workdir)
+        ran = 0
+        for index, call in enumerate(parsed.calls):
+            if index >= self.max_calls_per_turn or state.tools.finished is not None:
+                skipped = len(parsed.calls) - index
+                why = "the episode finished" if state.tools.finished is not None else \
+                    f"only the first {self.max_calls_per_turn} tool calls of a reply run"
+                observation.append({"role": "tool", "content": f"Error: {why}; {skipped} more call(s) were not run"})
+                break
+            result = await toolbox.acall(call, {"ws": state.tools})
+            ran += 1
+            state.tools.errors += not result.ok
+            observation.append(result.message())
+            if state.session.lost:
+                return Turn(observation, reward=Reward.failed(f"the workspace was lost: {state.session.lost}"), done=True)
+        state.calls += ran
+        info = {"tool_calls": ran, "tool_errors": state.tools.errors}
+        return Turn(observation, done=state.tools.finished is not None, info=info)
+
+    # ----- rewards ------------------------------------------------------------------------------
+
+    async def ascore_episode(self, episode: Episode, answer: str) -> Reward:
+        state: SweEpisode | None = episode.state
+        if state is None:
+            return Reward.failed("the episode's workspace was released before it was scored")
+        if state.tools.finished is None and not answer.strip():
+            return Reward.zero("no final answer: the last reply is empty and finish was not called", **self._counts(state))
+        if state.session.lost:
+            return Reward.failed(f"the workspace was lost: {state.session.lost}")
+        reward = await grade(state.session, state.task, self.test_timeout_s)
+        reward.components.update(self._counts(state))
+        return reward
+
+    async def atruncation_reward(self, episode: Episode, reason: str) -> Reward:
+        state: SweEpisode | None = episode.state
+        counts = self._counts(state) if state is not None else {}
+        return Reward.zero(f"truncated: {reason}; the tests are run only for an episode that finished", **counts)
+
+    @staticmethod
+    def _counts(state: SweEpisode) -> dict[str, int]:
+        return {"tool_calls": state.calls, "tool_errors": state.tools.errors, "turns_finished": int(
+            state.tools.finished is not None)}

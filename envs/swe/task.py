@@ -1,0 +1,167 @@
+"""A SWE task row, read and checked: the repository to set up, the issue, and the tests that grade it.
+
+Rows use the SWE-bench layout, which SWE-Gym and R2E-Gym share (field names read unchanged):
+
+- ``instance_id``, ``repo``, ``base_commit``, ``problem_statement`` (the issue the agent sees);
+- ``FAIL_TO_PASS``, ``PASS_TO_PASS``: test ids, as a list or the JSON text of one (SWE-bench);
+- ``test_patch``: a unified diff that adds the grading tests, applied (``patch -p1``) to the
+  workspace after the episode, once the files it touches are put back as the base had them, so
+  an agent that edits or deletes tests cannot change what grades it; ``patch``: the gold fix (used
+  by scripted checks, never shown to the policy);
+- ``image`` (or R2E's ``docker_image``): the image with the repository at ``workdir`` (docker).
+
+Beyond SWE-bench, for repositories that travel with the row instead of in an image:
+
+- ``repo_snapshot``: the repository at its base: ``bundled:swe/repos/<name>.json`` (a JSON object
+  ``{"files": {path: text}}``) or a host directory; copied into the workspace at ``workdir``;
+- ``test_cmd`` (default ``python3 -m unittest -v``), ``test_log_format`` (``unittest`` or
+  ``pytest``: how test ids are read from its output, ``grading.py``), ``workdir`` (default
+  ``/testbed``), ``setup_cmd`` (a shell command run after the copy; failing masks the episode).
+
+A row needs a ``repo_snapshot`` or an ``image``; it is read once per content (``RowCache``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cascade_envs.core import TaskError
+from cascade_envs.data import BUNDLED, DataError, decode_json_field, resolve_path
+
+DEFAULT_TEST_CMD = "python3 -m unittest -v"
+LOG_FORMATS = ("unittest", "pytest")
+MAX_SNAPSHOT_MB = 64
+
+
+@dataclass(frozen=True)
+class SweTask:
+    """What the env needs of a row."""
+
+    instance_id: str
+    problem_statement: str
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    test_patch: str
+    patch: str
+    test_cmd: str
+    test_log_format: str
+    workdir: str
+    setup_cmd: str | None
+    image: str | None
+    base_commit: str | None
+    files: dict[str, str] | None
+    """The repository at its base (``repo_snapshot``), or ``None`` when it lives in ``image``."""
+    source: str | None
+    """A host directory holding the repository (``repo_snapshot`` naming one)."""
+
+    @property
+    def patched_files(self) -> list[str]:
+        """The paths ``test_patch`` touches (both sides of each file header)."""
+        return diff_paths(self.test_patch)
+
+
+def diff_paths(diff: str) -> list[str]:
+    """Paths named by the ``---``/``+++`` headers of a ``-p1`` unified diff (``/dev/null`` skipped)."""
+    paths: list[str] = []
+    for line in diff.splitlines():
+        if line.startswith(("--- ", "+++ ")):
+            name = line[4:].split("\t")[0].strip()
+            if name != "/dev/null" and "/" in name:
+                path = name.split("/", 1)[1]
+                if path not in paths:
+                    paths.append(path)
+    return paths
+
+
+def read_task(row: dict[str, Any]) -> SweTask:
+    """Check ``row`` and read what the env needs; ``TaskError`` names the bad field."""
+    statement = row.get("problem_statement")
+    if not isinstance(statement, str) or not statement.strip():
+        raise TaskError("expected the issue text as a non-empty string", "problem_statement")
+    fail_to_pass = _test_ids(row, "FAIL_TO_PASS", required=True)
+    pass_to_pass = _test_ids(row, "PASS_TO_PASS", required=False)
+    test_patch = _text(row, "test_patch", default="")
+    for path in diff_paths(test_patch):
+        if path.startswith("/") or ".." in path.split("/"):
+            raise TaskError(f"the diff touches {path!r}, outside the repository", "test_patch")
+    log_format = _text(row, "test_log_format", default="unittest")
+    if log_format not in LOG_FORMATS:
+        raise TaskError(f"expected one of {', '.join(LOG_FORMATS)}, got {log_format!r}", "test_log_format")
+    workdir = _text(row, "workdir", default="/testbed")
+    if not workdir.startswith("/") or os.path.normpath(workdir) in ("/", "/tmp", "/usr"):
+        raise TaskError(f"expected an absolute directory of its own, got {workdir!r}", "workdir")
+    image = row.get("image") or row.get("docker_image") or row.get("image_name")
+    if image is not None and not isinstance(image, str):
+        raise TaskError("expected an image name", "image")
+    files, source = _snapshot(row.get("repo_snapshot"))
+    if files is None and source is None and image is None:
+        raise TaskError("a row needs a repository: 'repo_snapshot' or an 'image' that holds it", "repo_snapshot")
+    setup = row.get("setup_cmd")
+    if setup is not None and (not isinstance(setup, str) or not setup.strip()):
+        raise TaskError("expected a shell command", "setup_cmd")
+    instance = row.get("instance_id")
+    base = row.get("base_commit")
+    return SweTask(
+        instance_id=str(instance) if instance is not None else "",
+        problem_statement=statement,
+        fail_to_pass=fail_to_pass,
+        pass_to_pass=pass_to_pass,
+        test_patch=test_patch,
+        patch=_text(row, "patch", default=""),
+        test_cmd=_text(row, "test_cmd", default=DEFAULT_TEST_CMD),
+        test_log_format=log_format,
+        workdir=os.path.normpath(workdir),
+        setup_cmd=setup,
+        image=image,
+        base_commit=base if isinstance(base, str) else None,
+        files=files,
+        source=source,
+    )
+
+
+def _text(row: dict[str, Any], name: str, *, default: str) -> str:
+    value = row.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str) or (not value.strip() and name not in ("test_patch", "patch")):
+        raise TaskError("expected a non-empty string", name)
+    return value
+
+
+def _test_ids(row: dict[str, Any], name: str, *, required: bool) -> tuple[str, ...]:
+    value = decode_json_field(row.get(name, None if required else []), name)
+    if not isinstance(value, list) or not all(isinstance(t, str) and t.strip() for t in value):
+        raise TaskError("expected a list of test ids (or the JSON text of one)", name)
+    if required and not value:
+        raise TaskError("no test fails before the fix: the task cannot grade a fix", name)
+    return tuple(value)
+
+
+def _snapshot(value: Any) -> tuple[dict[str, str] | None, str | None]:
+    """``(files, None)`` for a JSON snapshot, ``(None, directory)`` for a host dir, ``(None, None)`` for none."""
+    if value is None:
+        return None, None
+    if not isinstance(value, str) or not value.strip():
+        raise TaskError("expected a snapshot file (bundled:swe/repos/<name>.json) or a directory", "repo_snapshot")
+    if not value.startswith(BUNDLED) and Path(value).expanduser().is_dir():
+        return None, str(Path(value).expanduser().resolve())
+    try:
+        path = resolve_path(value)
+    except DataError as exc:
+        raise TaskError(str(exc), "repo_snapshot") from None
+    if path.stat().st_size > MAX_SNAPSHOT_MB << 20:
+        raise TaskError(f"larger than {MAX_SNAPSHOT_MB} MB", "repo_snapshot")
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TaskError(f"{value}: not a snapshot ({{'files': {{path: text}}}}): {exc}", "repo_snapshot") from None
+    if not isinstance(files, dict) or not files or not all(
+        isinstance(p, str) and isinstance(t, str) and p and not p.startswith("/") and ".." not in p.split("/")
+        for p, t in files.items()
+    ):
+        raise TaskError(f"{value}: 'files' must map relative paths to text", "repo_snapshot")
+    return files, None

@@ -1,0 +1,202 @@
+"""Held-out evaluation of checkpoints over many envs: scores, the stage-by-stage table and its plot.
+
+Every answer is greedy (temperature 0) with ``max_tokens`` per model turn; each env plays the first
+``limit`` tasks of its task file (deterministic), ``group_size`` answers per task (1, except for envs
+that score a group against itself, such as GenRM: give them 2 or more). A masked answer (judge
+down, verifier crash) is counted apart and never averaged in as 0; an env whose every answer was
+masked has no mean (``None``).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import importlib.util
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..core import CascadeError
+from ..env import run_sync
+from ..policy import SamplingParams
+from ..rollout.metrics import MixMetrics
+from ..rollout.runner import GroupResult, RolloutRunner
+from .config import ModelConfig
+
+log = logging.getLogger("cascade_envs.trainer.evaluation")
+
+@dataclass
+class EvalSettings:
+    """What every checkpoint of a pipeline is evaluated on (the pipeline file's ``eval:`` section)."""
+
+    envs: dict[str, Any] = field(default_factory=dict)
+    """``{env_id: env kwargs}`` (e.g. ``{tasks: bundled:instruction_following/easy_heldout.jsonl}``; null: none)."""
+    max_tokens: int = 64
+    limit: int | None = 16
+    """Tasks per env: the first ``limit`` of its task file (null: all)."""
+    group_sizes: dict[str, Any] = field(default_factory=dict)
+    """Answers per task for envs that need more than 1 (``{cascade/GenRM-v0: 2}``)."""
+    concurrency: int = 32
+
+    def env_kwargs(self) -> dict[str, dict[str, Any]]:
+        return {env_id: dict(kwargs or {}) for env_id, kwargs in self.envs.items()}
+
+    def key(self, env_id: str) -> str:
+        """A hash of everything that decides ``env_id``'s score (a stored score with another key is stale)."""
+        spec = {"kwargs": self.envs.get(env_id) or {}, "max_tokens": self.max_tokens, "limit": self.limit,
+                "group_size": self.group_size(env_id)}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def group_size(self, env_id: str) -> int:
+        return int(self.group_sizes.get(env_id, 1))
+
+
+def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
+                        env_ids: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Load the checkpoint at ``path`` (``embedded`` too) and score it on ``env_ids`` (default: all), one env
+    after the other (prompt lengths differ by 100x between envs, so batching them together would pad every
+    prompt to the longest); ``{env_id: {mean, questions, answers, scored, masked, errors, truncated,
+    mask_reasons, time_s, key}}``. An env that cannot be made (e.g. a judged env without a judge) raises."""
+    from .engine import make_engine
+    from .model import load_model
+
+    ids = list(settings.envs) if env_ids is None else env_ids
+    if not ids:
+        return {}
+    loaded, tokenizer = load_model(replace(model, path=path))
+    engine = make_engine("hf", loaded.eval(), tokenizer)
+    kwargs = settings.env_kwargs()
+    sampling = SamplingParams(max_tokens=settings.max_tokens, temperature=0.0)
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for env_id in ids:
+            start = time.perf_counter()
+            runner = RolloutRunner(engine, sampling=sampling, group_size=settings.group_size(env_id),
+                                   env_kwargs={env_id: kwargs.get(env_id, {})}, concurrency=settings.concurrency)
+            try:
+                tasks = _tasks(runner, env_id, settings.limit)
+                groups = runner.run([(env_id, task) for task in tasks])
+            finally:
+                runner.close()
+            results[env_id] = result = {**_summary(env_id, groups, len(tasks)), "key": settings.key(env_id),
+                                        "time_s": round(time.perf_counter() - start, 3)}
+            log.info("%s on %s: mean %s over %d scored answer(s), %d masked, %.1f s", path, env_id,
+                     "n/a" if result["mean"] is None else f"{result['mean']:.3f}", result["scored"],
+                     result["masked"], result["time_s"])
+    finally:
+        run_sync(engine.aclose())
+        del engine, loaded
+        gc.collect()
+    return results
+
+
+def _tasks(runner: RolloutRunner, env_id: str, limit: int | None) -> list[Any]:
+    tasks = list(runner.env(env_id).tasks or ())[:limit]
+    if not tasks:
+        raise CascadeError(f"eval.envs.{env_id}: the env has no tasks to evaluate; give it a tasks file")
+    return tasks
+
+
+def _summary(env_id: str, groups: list[GroupResult], questions: int) -> dict[str, Any]:
+    stats = MixMetrics().add_groups(groups).stats.get(env_id)
+    reasons: dict[str, int] = {}
+    for group in groups:
+        for episode in group.episodes:
+            if episode.reward.masked:
+                reason = (episode.reward.error or episode.error or "masked")[:120]
+                reasons[reason] = reasons.get(reason, 0) + 1
+    scored = stats.scored if stats else 0
+    return {
+        "mean": stats.mean_reward if stats and scored else None,
+        "questions": questions,
+        "answers": stats.episodes if stats else 0,
+        "scored": scored,
+        "masked": stats.masked if stats else 0,
+        "errors": stats.errors if stats else 0,
+        "truncated": stats.truncated if stats else 0,
+        "mask_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:3]),
+    }
+
+
+# ----- reporting ----------------------------------------------------------------------------------
+
+
+def short_name(env_id: str) -> str:
+    """``cascade/InstructionFollowing-v0`` -> ``InstructionFollowing``."""
+    name = env_id.rsplit("/", 1)[-1]
+    head, sep, tail = name.rpartition("-v")
+    return head if sep and tail.isdigit() else name
+
+
+def _mean(result: dict[str, Any] | None) -> float | None:
+    value = (result or {}).get("mean")
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def eval_table(rows: list[tuple[str, dict[str, dict[str, Any]]]], env_ids: list[str]) -> str:
+    """Rows = checkpoints (start first), columns = envs, cells = mean score with the change vs the
+    row above (``+0.125``/``-0.250``/``=``); ``n/a``: not evaluated, ``masked``: no scored answer;
+    ``[k masked]`` counts masked answers left out of a mean."""
+    names = [short_name(e) for e in env_ids]
+    cells: list[list[str]] = []
+    previous: dict[str, float | None] = {}
+    for _, results in rows:
+        line = []
+        for env_id in env_ids:
+            result = results.get(env_id)
+            value = _mean(result)
+            if result is None:
+                text = "n/a"
+            elif value is None:
+                text = "masked"
+            else:
+                text = f"{value:.3f}"
+                before = previous.get(env_id)
+                if before is not None:
+                    delta = value - before
+                    text += " =" if abs(delta) < 5e-4 else f" {delta:+.3f}"
+                if result.get("masked"):
+                    text += f" [{result['masked']} masked]"
+            previous[env_id] = value if result is not None else previous.get(env_id)
+            line.append(text)
+        cells.append(line)
+    label_width = max([len(r[0]) for r in rows] + [5])
+    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
+    out = ["stage".ljust(label_width) + "  " + "  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True))]
+    for (label, _), line in zip(rows, cells, strict=True):
+        out.append(label.ljust(label_width) + "  " + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
+    return "\n".join(s.rstrip() for s in out)
+
+
+def plot_eval(rows: list[tuple[str, dict[str, dict[str, Any]]]], env_ids: list[str], path: str | Path) -> Path | None:
+    """A PNG of every env's score after every stage (one line per env); ``None`` without matplotlib."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [label for label, _ in rows]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(labels) + 2), 4.5))
+    for env_id in env_ids:
+        points = [(i, _mean(results.get(env_id))) for i, (_, results) in enumerate(rows)]
+        xs = [i for i, v in points if v is not None]
+        ys = [v for _, v in points if v is not None]
+        if xs:
+            ax.plot(xs, ys, marker="o", label=short_name(env_id))
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    ax.set_ylabel("held-out mean score (greedy)")
+    ax.set_title("Score of every domain after every stage")
+    ax.grid(alpha=0.3)
+    if env_ids:
+        ax.legend(fontsize="small", loc="best")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
