@@ -9,7 +9,7 @@ from cascade_envs.trainer.cascade import find_config, load_pipeline, shipped_nam
 from cascade_envs.trainer.cascade_run import CascadeRunner
 from cascade_envs.trainer.config import Config, ConfigError, load_config, read_yaml
 
-STAGES = ["if_rl", "multi_domain_rl", "mopd", "rlhf", "long_context_rl", "code_rl", "swe_agentless_rl"]
+STAGES = ["if_rl", "multi_domain_rl", "mopd", "rlhf", "long_context_rl", "code_rl", "swe_agentless_rl", "swe_rl"]
 JUDGED = {"rlhf": "cascade/GenRM-v0", "long_context_rl": "cascade/LongContextQA-v0",
           "swe_agentless_rl": "cascade/AgentlessRepair-v0"}
 
@@ -44,7 +44,7 @@ def test_every_stage_config_is_shipped_under_its_name_and_loads(tiny_model_dir):
 def test_stage_numbers_match_the_recipe(stages):
     r = {name: c.rollout for name, c in stages.items()}
     o = {name: c.optim for name, c in stages.items()}
-    for name in stages:  # 128 prompts x 16 rollouts, lr 3e-6 in every GRPO stage of RECIPE.md's table
+    for name in set(stages) - {"swe_rl"}:  # 128 prompts x 16 rollouts, lr 3e-6 in RECIPE.md's table
         assert (r[name].prompts_per_step, r[name].group_size, o[name].lr) == (128, 16, 3e-6), name
         assert o[name].kl_coef == (0.03 if name == "rlhf" else 0.0), name
     steps = {name: c.train.steps for name, c in stages.items()}
@@ -63,6 +63,9 @@ def test_stage_numbers_match_the_recipe(stages):
     assert r["code_rl"].max_tokens == 118784  # "118K", read as 116 x 1024
     assert r["swe_agentless_rl"].mask_groups_below == 0.5 and r["if_rl"].mask_groups_below is None
     assert spec("cascade/AgentlessRepair-v0").load().max_episode_tokens == 98304
+    assert (r["swe_rl"].prompts_per_step, r["swe_rl"].group_size) == (16, 64)  # RECIPE.md: 16 x 64
+    _, kwargs = stages["swe_rl"].mix_weights()
+    assert (kwargs["cascade/SWE-v0"]["max_turns"], kwargs["cascade/SWE-v0"]["max_episode_tokens"]) == (200, 262144)
 
 
 def test_judged_stages_default_to_no_judge_and_mopd_to_recipe(tiny_model_dir):
@@ -81,9 +84,10 @@ def test_pipeline_files_load_and_every_stage_builds(name, tiny_model_dir, tmp_pa
     CascadeRunner(pipeline).check()  # every stage config builds, MOPD's auto teachers are all evaluated
     names = [s.name for s in pipeline.stages]
     assert names == ["if_rl", "multi_domain_rl", "rlhf_teacher", "mopd", "rlhf", "long_context_rl", "code_rl",
-                     "swe_agentless_rl"]  # RECIPE.md's order; execution-based SWE RL awaits cascade/SWE-v0
+                     "swe_agentless_rl", "swe_rl"][: len(names)]  # RECIPE.md's order; the smoke has no swe_rl
+    assert name == "cascade_smoke" or names[-1] == "swe_rl"
     branch = pipeline.stage("rlhf_teacher")
     assert (branch.config, branch.init, branch.chain) == ("rlhf", "start", False)
-    assert [s.config for s in pipeline.stages if s.name != "rlhf_teacher"] == STAGES
+    assert [s.config for s in pipeline.stages if s.name != "rlhf_teacher"] == STAGES[: len(names) - 1]
     if name == "cascade":
         assert pipeline.spec.eval.group_sizes == {"cascade/GenRM-v0": 2}  # GenRM masks an answer alone
