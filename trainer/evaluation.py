@@ -74,16 +74,10 @@ def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
     results: dict[str, dict[str, Any]] = {}
     try:
         for env_id in ids:
-            start = time.perf_counter()
-            runner = RolloutRunner(engine, sampling=sampling, group_size=settings.group_size(env_id),
-                                   env_kwargs={env_id: kwargs.get(env_id, {})}, concurrency=settings.concurrency)
-            try:
-                tasks = _tasks(runner, env_id, settings.limit)
-                groups = runner.run([(env_id, task) for task in tasks])
-            finally:
-                runner.close()
-            results[env_id] = result = {**_summary(env_id, groups, len(tasks)), "key": settings.key(env_id),
-                                        "time_s": round(time.perf_counter() - start, 3)}
+            results[env_id] = result = {
+                **score_env(engine, env_id, kwargs.get(env_id, {}), sampling, group_size=settings.group_size(env_id),
+                            limit=settings.limit, concurrency=settings.concurrency),
+                "key": settings.key(env_id)}
             log.info("%s on %s: mean %s over %d scored answer(s), %d masked, %.1f s", path, env_id,
                      "n/a" if result["mean"] is None else f"{result['mean']:.3f}", result["scored"],
                      result["masked"], result["time_s"])
@@ -94,11 +88,22 @@ def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
     return results
 
 
-def _tasks(runner: RolloutRunner, env_id: str, limit: int | None) -> list[Any]:
-    tasks = list(runner.env(env_id).tasks or ())[:limit]
-    if not tasks:
-        raise CascadeError(f"eval.envs.{env_id}: the env has no tasks to evaluate; give it a tasks file")
-    return tasks
+def score_env(engine: Any, env_id: str, env_kwargs: dict[str, Any], sampling: SamplingParams, *,
+              group_size: int = 1, limit: int | None = None, concurrency: int = 64) -> dict[str, Any]:
+    """The first ``limit`` tasks of ``env_id`` (made with ``env_kwargs``) answered ``group_size`` times by
+    ``engine``: ``{mean, questions, answers, scored, masked, errors, truncated, mask_reasons, time_s}``;
+    masked answers are counted apart, never as 0 (``mean`` is ``None`` when nothing was scored)."""
+    start = time.perf_counter()
+    runner = RolloutRunner(engine, sampling=sampling, group_size=group_size, env_kwargs={env_id: env_kwargs},
+                           concurrency=concurrency)
+    try:
+        tasks = list(runner.env(env_id).tasks or ())[:limit]
+        if not tasks:
+            raise CascadeError(f"{env_id} has no tasks to evaluate; give it a tasks file")
+        groups = runner.run([(env_id, task) for task in tasks])
+    finally:
+        runner.close()
+    return {**_summary(env_id, groups, len(tasks)), "time_s": round(time.perf_counter() - start, 3)}
 
 
 def _summary(env_id: str, groups: list[GroupResult], questions: int) -> dict[str, Any]:

@@ -23,11 +23,11 @@ import torch
 from ..core import CascadeError
 from ..mix import EnvMix
 from ..policy import SamplingParams
-from ..rollout.runner import RolloutRunner
 from . import checkpoint as ckpt
 from .batch import BatchBuilder, RolloutBatch
 from .config import Config, check_output_dir, validate
 from .engine import RolloutEngine, make_engine
+from .evaluation import score_env
 from .metrics import MetricsLogger, rollout_metrics
 from .model import (
     autocast,
@@ -211,27 +211,10 @@ class GRPOTrainer:
         if heldout is None:
             return None
         env_id, kwargs = heldout
-        start = time.perf_counter()
         self.model.eval()
         sampling = SamplingParams(max_tokens=self.config.rollout.max_tokens, temperature=0.0)
-        runner = RolloutRunner(self.engine, sampling=sampling, group_size=1, env_kwargs={env_id: kwargs},
-                               concurrency=self.config.rollout.concurrency)
-        try:
-            tasks = list(runner.env(env_id).tasks or ())
-            if not tasks:
-                raise CascadeError(f"heldout: {env_id} has no tasks to evaluate; give it a tasks file in heldout.kwargs")
-            rewards = [e.reward for g in runner.run((env_id, task) for task in tasks) for e in g.episodes]
-        finally:
-            runner.close()
-        scored = [r.value for r in rewards if not r.masked]
-        return {
-            "env": env_id,
-            "questions": len(rewards),
-            "masked": len(rewards) - len(scored),
-            "mean": sum(scored) / len(scored) if scored else None,
-            "sampling": "greedy",
-            "time_s": time.perf_counter() - start,
-        }
+        result = score_env(self.engine, env_id, kwargs, sampling, concurrency=self.config.rollout.concurrency)
+        return {"env": env_id, **result, "sampling": "greedy"}
 
     def _score_heldout(self, when: str) -> None:
         result = self.evaluate_heldout()
