@@ -73,7 +73,7 @@ def run_training(config: Config, source: str) -> tuple[Any, list[dict[str, Any]]
     if line:
         print(line)
     if config.train.plot:
-        png = plot_rewards(history, trainer.output_dir / "rewards.png")
+        png = plot_rewards(history, trainer.output_dir / "rewards.png", config.algorithm)
         if png:
             print(f"reward curve: {png}")
     print(f"metrics: {trainer.logger.path}")

@@ -126,7 +126,7 @@ def _fmt(value: float, sign: bool = False) -> str:
     return f"{value:+.3f}" if sign else f"{value:.3f}"
 
 
-def plot_rewards(history: list[dict[str, Any]], path: str | Path) -> Path | None:
+def plot_rewards(history: list[dict[str, Any]], path: str | Path, algorithm: str = "grpo") -> Path | None:
     """Write a reward-curve PNG (one line per env plus the mean); ``None`` without matplotlib."""
     if importlib.util.find_spec("matplotlib") is None:
         return None
@@ -148,7 +148,7 @@ def plot_rewards(history: list[dict[str, Any]], path: str | Path) -> Path | None
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
-    ax.set_title("GRPO reward per env")
+    ax.set_title(f"{algorithm.upper()} run: reward per env")
     ax.grid(alpha=0.3)
     if keys:
         ax.legend(fontsize=8)
