@@ -1,5 +1,7 @@
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 # One torch thread per test worker: with `-n 2` on 2 cores, more threads only oversubscribe them
@@ -38,3 +40,14 @@ def chat_server():
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture
+def private_tempdir(monkeypatch):
+    """A fresh temp dir as ``tempfile.tempdir`` (sticky and world-writable like /tmp, for sandbox uids):
+    what a test creates there is its own, even with other tests making workspaces in parallel."""
+    folder = tempfile.mkdtemp(prefix="cascade-test-tmp-")
+    os.chmod(folder, 0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", folder)
+    yield Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -1,4 +1,5 @@
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -26,14 +27,25 @@ def bwrap():
     return backend_or_skip("bwrap", timeout_s=3, memory_mb=256, output_limit_mb=1, file_mb=8, nproc=32, workdir_mb=16)
 
 
-def host_pids_of(uid: int, name: str) -> list[int]:
-    """Host processes of ``uid`` called ``name`` (other sandboxes may legitimately be running)."""
+def host_pids_of(uid: int, name: str, marker: str | None = None) -> list[int]:
+    """Host processes of ``uid`` called ``name`` whose command line holds ``marker``.
+
+    Other tests may run sandboxes under the same uid at the same time (xdist), so a test gives its
+    own processes a unique ``marker`` (an argument such as ``$0`` or a sleep time) and looks only for it.
+    """
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.stat(f"/proc/{entry}").st_uid == uid and Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                if os.stat(f"/proc/{entry}").st_uid != uid or Path(f"/proc/{entry}/comm").read_text().strip() != name:
+                    continue
+                if marker is None or marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
                     pids.append(int(entry))
             except OSError:
                 pass
     return pids
+
+
+def unique_marker() -> str:
+    """A sleep time no other test uses (``sleep 30.123456``), to find this test's processes on the host."""
+    return f"{30 + random.random():.6f}"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .conftest import host_pids_of
+from .conftest import host_pids_of, unique_marker
 
 # Tests that fill or measure the host's shared memory (tmpfs, System V, Ray's object store) run on
 # one xdist worker, one after another: the bounds tests read the host-wide Shmem figure.
@@ -47,15 +47,15 @@ def test_no_network(sandbox):
 
 
 def test_fork_bomb(sandbox):
-    start = time.monotonic()
-    res = sandbox.run(["sh", "-c", "b() { b | b & }; b; sleep 5"], timeout_s=2)
+    start, marker = time.monotonic(), unique_marker()
+    res = sandbox.run(["sh", "-c", "b() { b | b & }; b; sleep 5", marker], timeout_s=2)  # $0: the bomb's mark
     res2 = py(sandbox, "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", timeout_s=2)
     assert time.monotonic() - start < 12
     assert res.killed_by == "timeout" and res2.killed_by in ("timeout", "cpu_time")
     healthy(sandbox)
     if sandbox.run_as is not None:  # nothing of the bomb survives on the host
         time.sleep(0.2)
-        assert host_pids_of(sandbox.run_as, "sh") == []
+        assert host_pids_of(sandbox.run_as, "sh", marker) == []
 
 
 def test_memory_bomb(sandbox):

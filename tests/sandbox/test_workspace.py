@@ -12,7 +12,7 @@ import pytest
 
 from cascade_envs.sandbox import Mount, SandboxError, Workspace, get_sandbox
 
-from .conftest import backend_or_skip, host_pids_of
+from .conftest import backend_or_skip, host_pids_of, unique_marker
 
 pytestmark = pytest.mark.xdist_group("host-shared-memory")
 
@@ -102,12 +102,14 @@ def test_network_is_off_unless_asked(sandbox, repo):
 
 
 def test_timeout_output_flood_and_fork_bomb_are_bounded(sandbox, repo):
+    marker = unique_marker()
+
     async def go():
         async with await sandbox.asession(workspace=Workspace(source=str(repo))) as s:
             start = time.monotonic()
             hang = await s.arun(["bash", "-c", "sleep 100"], timeout_s=1)
             flood = await s.arun(["bash", "-c", "yes flood"])
-            bomb = await s.arun(["bash", "-c", "b() { b | b & }; b; sleep 5"], timeout_s=2)
+            bomb = await s.arun(["bash", "-c", "b() { b | b & }; b; sleep 5", marker], timeout_s=2)
             after = await s.arun(["bash", "-c", "cat pkg/mod.py"])
             return time.monotonic() - start, hang, flood, bomb, after
 
@@ -119,7 +121,7 @@ def test_timeout_output_flood_and_fork_bomb_are_bounded(sandbox, repo):
     assert elapsed < 20
     if sandbox.run_as is not None:
         time.sleep(0.2)
-        assert host_pids_of(sandbox.run_as, "bash") == []
+        assert host_pids_of(sandbox.run_as, "bash", marker) == []
 
 
 def test_rm_rf_slash_is_contained_to_the_workspace(repo):
@@ -175,24 +177,24 @@ def test_backends_without_a_workspace_mode_refuse(repo):
         run(unsafe.asession(workspace=Workspace(source=str(repo))))
 
 
-def test_nothing_is_left_behind(sandbox, repo):
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "cascade-workspace-*")))
+def test_nothing_is_left_behind(sandbox, repo, private_tempdir):
+    marker = unique_marker()
 
     async def go():
         sessions = [await sandbox.asession(workspace=Workspace(source=str(repo))) for _ in range(3)]
         for s in sessions:
-            await s.arun(["bash", "-c", "sleep 30 & echo started"])
+            await s.arun(["bash", "-c", f"sleep {marker} & echo started"])
         workdirs = [s.workdir for s in sessions]
         await asyncio.gather(*(s.aclose() for s in sessions))
         return workdirs
 
     workdirs = run(go())
     time.sleep(0.2)
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "cascade-workspace-*"))) <= before
+    assert glob.glob(os.path.join(private_tempdir, "cascade-workspace-*")) == []
     if sandbox.name == "local":
         assert not any(os.path.exists(w) for w in workdirs)
     if sandbox.run_as is not None:
-        assert host_pids_of(sandbox.run_as, "sleep") == []
+        assert host_pids_of(sandbox.run_as, "sleep", marker) == []
 
 
 def test_docker_workspace_from_an_image(repo):

@@ -20,7 +20,7 @@ from cascade_envs.envs.swe.env import SweEnv
 from cascade_envs.policy import ContextOverflowError
 from cascade_envs.rollout import RolloutRunner
 from cascade_envs.sandbox import SandboxError
-from tests.sandbox.conftest import backend_or_skip, host_pids_of
+from tests.sandbox.conftest import backend_or_skip, host_pids_of, unique_marker
 
 from .conftest import LIMITS, call, fix_calls, row
 
@@ -102,16 +102,17 @@ def test_context_overflow_and_token_budget_end_as_truncated(env):
 
 
 def test_the_deadline_cuts_a_running_command_and_truncates(env):
-    start = time.monotonic()
-    (episode,) = play(env, [row("inilite")], [call("terminal", command="sleep 15", timeout=20)], episode_timeout_s=2)
+    start, marker = time.monotonic(), unique_marker()
+    sleep = call("terminal", command=f"sleep {marker}", timeout=40)
+    (episode,) = play(env, [row("inilite")], [sleep], episode_timeout_s=2)
     assert episode.truncated and "episode deadline of 2 s" in episode.reward.reason
-    own = SweEnv(sandbox=env.sandbox, episode_timeout_s=2, max_command_timeout_s=20)  # the env's own budget
-    (episode,) = play(own, [row("inilite")], [call("terminal", command="sleep 15", timeout=20)])
+    own = SweEnv(sandbox=env.sandbox, episode_timeout_s=2, max_command_timeout_s=40)  # the env's own budget
+    (episode,) = play(own, [row("inilite")], [sleep])
     assert episode.truncated and "episode deadline of 2 s" in episode.reward.reason and not episode.reward.masked
     assert time.monotonic() - start < 10
     if env.sandbox.run_as is not None:
         time.sleep(0.2)
-        assert host_pids_of(env.sandbox.run_as, "sleep") == []
+        assert host_pids_of(env.sandbox.run_as, "sleep", marker) == []
 
 
 def test_a_workspace_that_fails_to_set_up_is_masked(env):
@@ -175,14 +176,13 @@ def test_local_workspace_runs_the_same_episode(env):
     assert workdir.startswith(tempfile.gettempdir()) and workdir in episode.messages[1]["content"]
 
 
-def test_nothing_is_left_behind(env):
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "cascade-workspace-*")))
-    play(env, [row("durations"), row("inilite")], [call("terminal", command="sleep 300 &"), FINISH], group_size=2)
+def test_nothing_is_left_behind(env, private_tempdir):
+    marker = unique_marker()
+    play(env, [row("durations"), row("inilite")], [call("terminal", command=f"sleep {marker}0 &"), FINISH], group_size=2)
     time.sleep(0.2)
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "cascade-workspace-*"))) <= before
+    assert glob.glob(os.path.join(private_tempdir, "cascade-workspace-*")) == []
     if env.sandbox.run_as is not None:
-        assert host_pids_of(env.sandbox.run_as, "sleep") == []
-        assert host_pids_of(env.sandbox.run_as, "bwrap") == []
+        assert host_pids_of(env.sandbox.run_as, "sleep", marker) == []
 
 
 def test_the_env_conforms():
