@@ -140,6 +140,11 @@ class MOPDConfig:
     teacher_dtype: str = "auto"
     """Dtype of the teachers' weights for their forward passes: ``auto`` (bfloat16 on GPU, float32
     on CPU), ``float32``, ``bfloat16``, ``float16``."""
+    teacher_engine: str = "hf"
+    """How teachers score: ``hf`` (a transformers forward pass of ``logits / rollout.temperature``) or
+    ``vllm`` (vLLM prompt logprobs, of the raw distribution: needs ``rollout.temperature`` 0 or 1)."""
+    teacher_engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra ``vllm.LLM`` arguments of every vLLM teacher (``gpu_memory_utilization``, ``max_model_len``...)."""
 
 
 @dataclass
@@ -475,6 +480,8 @@ def _validate_mopd_section(d: MOPDConfig) -> None:
         raise ConfigError(f"mopd.normalization must be response or token, got {d.normalization!r}")
     if d.teacher_dtype not in MOPD_DTYPES:
         raise ConfigError(f"mopd.teacher_dtype must be one of {', '.join(MOPD_DTYPES)}, got {d.teacher_dtype!r}")
+    if d.teacher_engine not in ("hf", "vllm"):
+        raise ConfigError(f"mopd.teacher_engine must be hf or vllm, got {d.teacher_engine!r}")
 
 
 def mopd_teacher_paths(config: Config) -> dict[str, str]:
@@ -494,6 +501,9 @@ def check_mopd_teachers(config: Config) -> None:
     from .model import model_path
 
     d = config.mopd
+    if d.teacher_engine == "vllm" and config.rollout.temperature not in (0, 1):
+        raise ConfigError(f"mopd.teacher_engine: vllm scores with the raw (T = 1) distribution, but rollout.temperature "
+                          f"is {config.rollout.temperature}; use mopd.teacher_engine: hf or rollout.temperature: 1")
     weights, _ = config.mix_weights()
     missing = [env_id for env_id in weights if env_id not in d.teachers and d.default_teacher is None]
     if missing:

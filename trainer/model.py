@@ -251,7 +251,7 @@ def _shared_prompt_logits(model: Any, mb: MicroBatch) -> Tensor | None:
     if r == 1:
         return first
     cache.reorder_cache(select)
-    resp_attn = mb.response_mask[:, : r - 1].long()
+    resp_attn = mb.attention_mask[:, -r:][:, : r - 1]  # padding mask of the responses: env tokens stay visible
     lengths = attn.sum(-1).index_select(0, select)
     positions = lengths.unsqueeze(-1) + torch.arange(r - 1, device=device)
     rest = model(

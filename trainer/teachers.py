@@ -8,8 +8,9 @@ scores all of its sequences in one call (micro-batched like the policy: ``collat
 on each ``TrainSequence`` (``teacher_logprobs``, ``teacher_top1``) and ``collate`` pads them into
 ``MicroBatch.teacher_logp``, so the loop hands them to the loss like any other log-prob source.
 
-Scorers follow the ``TeacherScorer`` protocol; only the transformers forward pass (``HFTeacher``)
-is implemented. vLLM prompt-logprob teachers are not implemented yet.
+Scorers follow the ``TeacherScorer`` protocol: a transformers forward pass (``HFTeacher``,
+``mopd.teacher_engine: hf``) or vLLM prompt logprobs (``VLLMTeacher`` in ``vllm_teacher``,
+``teacher_engine: vllm``: one ``generate`` call per teacher per step, raw T = 1 distribution).
 
 Teachers must share the student's tokenizer (teachers are earlier checkpoints of the same model,
 RECIPE.md §MOPD): a teacher whose vocabulary differs is a ``ConfigError`` naming it.
@@ -39,7 +40,7 @@ class TeacherScores:
 
 
 class TeacherScorer(Protocol):
-    """Scores sampled response tokens under one teacher (a vLLM prompt-logprob scorer would fit here)."""
+    """Scores sampled response tokens under one teacher (``HFTeacher``, ``VLLMTeacher``)."""
 
     name: str
 
@@ -84,9 +85,9 @@ def teacher_dtype(name: str, device: torch.device) -> str:
     return name
 
 
-def check_same_vocabulary(name: str, teacher: Any, teacher_tokenizer: Any, student: Any, student_tokenizer: Any) -> None:
-    """``ConfigError`` naming the teacher unless it shares the student's tokenizer and output vocabulary."""
-    t_size = teacher.get_output_embeddings().weight.shape[0]
+def check_same_vocabulary(name: str, t_size: int, teacher_tokenizer: Any, student: Any, student_tokenizer: Any) -> None:
+    """``ConfigError`` naming the teacher unless it shares the student's tokenizer and output vocabulary
+    (``t_size``: the teacher's output vocabulary size)."""
     s_size = student.get_output_embeddings().weight.shape[0]
     if t_size != s_size:
         raise ConfigError(f"{name}: the teacher's vocabulary has {t_size} entries, the student's {s_size}; "
@@ -113,8 +114,9 @@ class TeacherPool:
 
     @classmethod
     def from_config(cls, config: Config, student: Any, student_tokenizer: Any, pad_id: int) -> TeacherPool:
-        """Load each distinct teacher folder once, check its vocabulary, on the student's device."""
+        """Load each distinct teacher folder once (``mopd.teacher_engine``), check its vocabulary."""
         device = next(student.parameters()).device
+        dtype = teacher_dtype(config.mopd.teacher_dtype, device)
         paths = mopd_teacher_paths(config)
         scorers: dict[str, TeacherScorer] = {}
         assignment: dict[str, str] = {}
@@ -124,10 +126,19 @@ class TeacherPool:
             if folder in scorers:
                 continue
             where = (f"mopd.teachers.{env_id}" if env_id in config.mopd.teachers else "mopd.default_teacher")
-            model_config = ModelConfig(path=path, dtype=teacher_dtype(config.mopd.teacher_dtype, device),
-                                       device=str(device), gradient_checkpointing=False)
+            if config.mopd.teacher_engine == "vllm":
+                from .vllm_teacher import VLLMTeacher
+
+                kwargs = {"dtype": dtype, **config.mopd.teacher_engine_kwargs}
+                scorer = VLLMTeacher(where, folder, temperature=config.rollout.temperature, **kwargs)
+                check_same_vocabulary(f"{where} ({path})", scorer.vocab_size, scorer.tokenizer(), student,
+                                      student_tokenizer)
+                scorers[folder] = scorer
+                continue
+            model_config = ModelConfig(path=path, dtype=dtype, device=str(device), gradient_checkpointing=False)
             model, tokenizer = load_model(model_config)
-            check_same_vocabulary(f"{where} ({path})", model, tokenizer, student, student_tokenizer)
+            check_same_vocabulary(f"{where} ({path})", model.get_output_embeddings().weight.shape[0], tokenizer,
+                                  student, student_tokenizer)
             scorers[folder] = HFTeacher(where, model, pad_id=pad_id, micro_batch_size=config.optim.micro_batch_size,
                                         temperature=config.rollout.temperature)
         return cls(scorers, assignment)

@@ -148,7 +148,9 @@ def test_shared_prompt_forward_matches_the_full_forward():
     model = tiny_model(len(tok)).train()
     a, b = [1, 4, 15, 6, 2, 1, 5], [1, 4, 6, 2, 1, 5]
     seqs = [TrainSequence(a, [9, 10, 2], 1.0, "e"), TrainSequence(a, [9], -1.0, "e"),
-            TrainSequence(b, [11, 12, 13, 2], 0.5, "e"), TrainSequence(b, [11, 2], 0.5, "e"), TrainSequence(b, [], 0.5, "e")]
+            TrainSequence(b, [11, 12, 13, 2], 0.5, "e"), TrainSequence(b, [11, 2], 0.5, "e"), TrainSequence(b, [], 0.5, "e"),
+            # a multi-turn episode: env tokens (loss mask 0) mid-response must stay visible to later tokens
+            TrainSequence(b, [11, 2, 1, 7, 8, 2, 1, 5, 12, 2], 0.5, "e", loss_mask=[1, 1, 0, 0, 0, 0, 0, 0, 1, 1])]
     mb = collate(seqs, pad_id=0, device=torch.device("cpu"))
     grads = []
     for forward in (model_module._full_logits, model_module.response_logits):
