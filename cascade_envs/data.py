@@ -160,19 +160,12 @@ class TaskSource(Sequence[Task]):
         tasks: list[Task] = []
         errors: list[str] = []
         for line, row in rows:
-            where = f"{name}:{line}" + (f" (id {task_id(row)})" if isinstance(row, dict) and _has_id(row) else "")
-            try:
-                if isinstance(row, Exception):
-                    raise row
-                if not isinstance(row, dict):
-                    raise TaskError(f"a row must be a JSON object, got {type(row).__name__}")
-                tasks.append(load_task(row))
-            except (TaskError, DataError) as exc:
-                errors.append(f"{where}: {exc}")
-            except RecursionError:
-                errors.append(f"{where}: the row is nested too deeply to validate")
-            except Exception as exc:
-                errors.append(f"{where}: the row could not be validated ({type(exc).__name__}: {exc})")
+            task, error = validate_row(row, load_task)
+            if task is not None:
+                tasks.append(task)
+            else:
+                rid = row_id(row)
+                errors.append(f"{name}:{line}" + (f" (id {rid})" if rid is not None else "") + f": {error}")
         if errors:
             shown = "\n  ".join(errors[:MAX_REPORTED_ERRORS])
             more = f"\n  ... and {len(errors) - MAX_REPORTED_ERRORS} more" if len(errors) > MAX_REPORTED_ERRORS else ""
@@ -182,6 +175,28 @@ class TaskSource(Sequence[Task]):
             log.warning("skipping %s", message)
             log.warning("%s: skipped %d malformed row(s), kept %d", name, len(errors), len(tasks))
         return cls(tasks, name, skipped=len(errors))
+
+
+def validate_row(row: Any, load_task: Callable[[Any], Task]) -> tuple[Task | None, str | None]:
+    """``(load_task(row), None)``, or ``(None, why the row is bad)``: any exception, a read error passed
+    in as the row, or a row that is not a JSON object, never escapes."""
+    try:
+        if isinstance(row, Exception):
+            raise row
+        if not isinstance(row, dict):
+            raise TaskError(f"a row must be a JSON object, got {type(row).__name__}")
+        return load_task(row), None
+    except (TaskError, DataError) as exc:
+        return None, str(exc)
+    except RecursionError:
+        return None, "the row is nested too deeply to validate"
+    except Exception as exc:
+        return None, f"the row could not be validated ({type(exc).__name__}: {exc})"
+
+
+def row_id(row: Any) -> str | None:
+    """The row's own id (``task_id``) when it carries one in an id field, else ``None``."""
+    return task_id(row) if isinstance(row, dict) and _has_id(row) else None
 
 
 def _has_id(row: dict[str, Any]) -> bool:

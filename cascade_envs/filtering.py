@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core import CascadeError, Reward, Task, TaskError
-from .data import DataError, _has_id, read_rows, resolve_path, task_id
+from .core import CascadeError, Reward
+from .data import read_rows, resolve_path, row_id, task_id, validate_row
 from .defaults import DEFAULT_CONCURRENCY
 from .env import Env, run_sync
 from .policy import Policy, SamplingParams
@@ -258,15 +258,15 @@ class FilterJob:
         return run_sync(self.arun(policy, **kwargs))
 
     async def _play(self, runner: Any, env: Env, line: int, row: Any, rollouts: Any) -> Outcome:
-        row_id = task_id(row) if isinstance(row, dict) and _has_id(row) else None
-        task, error = _load_row(env, row)
+        rid = row_id(row)
+        task, error = validate_row(row, env.load_task)
         if task is None:
-            return Outcome(line, row_id, self.settings.k, 0, 0, "bad_row", [f"{self.tasks}:{line}: {error}"])
+            return Outcome(line, rid, self.settings.k, 0, 0, "bad_row", [f"{self.tasks}:{line}: {error}"])
         (group,) = await runner.arun([(self.env_id, task)])
         rollouts.write("".join(json.dumps({"row": line, **e.to_dict()}, ensure_ascii=False) + "\n"
                                for e in group.episodes))
         rollouts.flush()
-        return decide(line, task_id(row), row_id, [e.reward for e in group.episodes], self.settings)
+        return decide(line, task_id(row), rid, [e.reward for e in group.episodes], self.settings)
 
     def _finish(self, played: int, elapsed_s: float) -> FilterSummary:
         """Rewrite the outputs from the outcomes: the kept rows, the histogram, the summary."""
@@ -300,22 +300,6 @@ def filter_tasks(policy: Policy, env_id: str, tasks: str | os.PathLike[str], out
     """Filter ``tasks`` in one call (sync); ``run_kwargs`` go to ``FilterJob.arun``."""
     job = FilterJob(env_id, tasks, out_dir, settings, env_kwargs=env_kwargs, sampling=sampling, policy_id=policy_id)
     return job.open(force).run(policy, **run_kwargs)
-
-
-def _load_row(env: Env, row: Any) -> tuple[Task | None, str | None]:
-    """The env's validated task, or the error that makes the row bad (as ``TaskSource.from_rows`` words it)."""
-    try:
-        if isinstance(row, Exception):
-            raise row
-        if not isinstance(row, dict):
-            raise TaskError(f"a row must be a JSON object, got {type(row).__name__}")
-        return env.load_task(row), None
-    except (TaskError, DataError) as exc:
-        return None, str(exc)
-    except RecursionError:
-        return None, "the row is nested too deeply to validate"
-    except Exception as exc:
-        return None, f"the row could not be validated ({type(exc).__name__}: {exc})"
 
 
 def _read_outcomes(path: Path) -> list[Outcome]:
