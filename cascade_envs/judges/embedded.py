@@ -13,6 +13,7 @@ never closes has no answer and is a ``JudgeError`` (the env masks the sample).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -41,16 +42,18 @@ def shared_policy(model: str, device: str | None = None) -> Any:
 class EmbeddedJudge:
     """A ``Judge`` over a local model in this process; ``model``: ``embedded`` or a checkpoint folder.
 
-    ``concurrency`` and ``timeout_s`` are accepted as every registered judge's are; concurrent
-    calls are batched by the model's ``HFPolicy`` (``device``: cuda when available).
+    ``timeout_s`` bounds each call (a reply not ready in time is a ``JudgeError``: the env masks the
+    sample); ``concurrency`` is accepted as every registered judge's is; concurrent calls are batched
+    by the model's ``HFPolicy`` (``device``: cuda when available).
     """
 
     def __init__(self, model: str | None = None, *, concurrency: int = 32, timeout_s: float = 120.0,
                  max_tokens: int | None = None, device: str | None = None):
         self.model = model or NAME
         self.max_tokens = max_tokens or DEFAULT_MAX_TOKENS
-        if self.max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
+        if self.max_tokens < 1 or not timeout_s > 0:
+            raise ValueError("max_tokens must be at least 1 and timeout_s positive")
+        self.timeout_s = float(timeout_s)
         self.device = device
         self.policy = shared_policy(self.model, device)
 
@@ -62,7 +65,10 @@ class EmbeddedJudge:
         limit = min(max_tokens or self.max_tokens, self.max_tokens)
         sampling = SamplingParams(max_tokens=limit, temperature=temperature, top_p=top_p)
         try:
-            completion = await self.policy.agenerate(messages, sampling=sampling, thinking=True)
+            completion = await asyncio.wait_for(self.policy.agenerate(messages, sampling=sampling, thinking=True),
+                                                self.timeout_s)
+        except TimeoutError:
+            raise JudgeError(f"{self!r}: no reply within {self.timeout_s:g} s") from None
         except PolicyError as exc:
             raise JudgeError(f"{self!r} failed to generate: {exc}") from exc
         split = split_reasoning(completion)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +69,7 @@ class ScriptedPolicy:
 
 def test_reasoning_is_split_off_and_an_unclosed_think_block_is_an_error(monkeypatch):
     judge = EmbeddedJudge.__new__(EmbeddedJudge)
-    judge.model, judge.max_tokens, judge.device = "embedded", 8, None
+    judge.model, judge.max_tokens, judge.device, judge.timeout_s = "embedded", 8, None, 5.0
     judge.policy = ScriptedPolicy("<think>weighing</think>VERDICT: yes")
     assert run_sync(judge.acomplete(MESSAGES, max_tokens=100, temperature=0.6, top_p=0.95)) == "VERDICT: yes"
     _, sampling, thinking = judge.policy.asked[0]
@@ -75,6 +77,21 @@ def test_reasoning_is_split_off_and_an_unclosed_think_block_is_an_error(monkeypa
     judge.policy = ScriptedPolicy("<think>still weighing")
     with pytest.raises(JudgeError, match="never closed within 8 tokens"):
         run_sync(judge.acomplete(MESSAGES))
+
+
+def test_a_reply_not_ready_in_time_is_an_error():
+    class StuckPolicy(ScriptedPolicy):
+        async def agenerate(self, messages: Any, *, sampling: Any, thinking: bool = True) -> Completion:
+            await asyncio.sleep(60)
+            return await super().agenerate(messages, sampling=sampling, thinking=thinking)
+
+    judge = EmbeddedJudge.__new__(EmbeddedJudge)
+    judge.model, judge.max_tokens, judge.device, judge.timeout_s = "embedded", 8, None, 0.2
+    judge.policy = StuckPolicy("VERDICT: yes")
+    start = time.monotonic()
+    with pytest.raises(JudgeError, match=r"no reply within 0\.2 s"):
+        run_sync(judge.acomplete(MESSAGES))
+    assert time.monotonic() - start < 5
 
 
 def test_a_missing_model_folder_is_one_clear_error(tmp_path):
