@@ -33,6 +33,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel  #
 from ..core import CascadeError, Completion, Message  # noqa: E402
 from ..policy import ContextOverflowError, PolicyError, SamplingParams, render_chat_prompt  # noqa: E402
 from .decoding import GenRequest, end_token_ids, generate_batch  # noqa: E402
+from .shared_decoding import generate_shared, supports_shared_decoding  # noqa: E402
+
+DECODINGS = ("auto", "shared", "generate")
 
 _SEED_MOD = 2**63
 
@@ -44,6 +47,11 @@ class HFPolicy:
     loaded ``PreTrainedModel``, used in place (a trainer's weight updates are seen at once).
     ``device`` defaults to CUDA when available for a path, to the model's own device otherwise;
     ``dtype`` defaults to the checkpoint's.
+
+    ``decoding``: ``"shared"`` prefills each distinct prompt of a batch once and drops finished
+    rows as it goes (``shared_decoding.py``; plain decoder-only architectures); ``"generate"`` is one
+    transformers ``model.generate`` call per batch (any architecture); ``"auto"`` (default) picks
+    ``shared`` where the model supports it.
 
     Each ``Completion`` carries ``prompt_token_ids``, the sampled ``token_ids`` (ending with the EOS
     or stop-completing token when ``finish_reason == "stop"``) and their ``logprobs``:
@@ -58,9 +66,12 @@ class HFPolicy:
         device: str | torch.device | None = None,
         dtype: torch.dtype | str | None = None,
         max_batch_size: int = 16,
+        decoding: str = "auto",
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if decoding not in DECODINGS:
+            raise CascadeError(f"unknown decoding {decoding!r}: use one of {', '.join(DECODINGS)}")
         loaded: PreTrainedModel
         if isinstance(model, (str, Path)):
             source = str(model)
@@ -81,6 +92,11 @@ class HFPolicy:
         self.model: PreTrainedModel = loaded
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        shared = supports_shared_decoding(loaded)
+        if decoding == "shared" and not shared:
+            model_type = getattr(getattr(loaded, "config", None), "model_type", None)
+            raise CascadeError(f"decoding='shared' does not support model type {model_type!r}: use decoding='generate'")
+        self.decoding = "shared" if decoding == "auto" and shared else "generate" if decoding == "auto" else decoding
         self.eos_token_ids = end_token_ids(loaded, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id: int = pad if pad is not None else min(self.eos_token_ids, default=0)
@@ -207,9 +223,8 @@ class HFPolicy:
                 for start in range(0, len(order), self.max_batch_size):
                     chunk = order[start : start + self.max_batch_size]
                     batch = [requests[i] for i in chunk]
-                    outs = generate_batch(
-                        self.model, self.decode, batch, self.eos_token_ids, self.pad_token_id
-                    )
+                    decode_batch = generate_shared if self.decoding == "shared" else generate_batch
+                    outs = decode_batch(self.model, self.decode, batch, self.eos_token_ids, self.pad_token_id)
                     for i, out in zip(chunk, outs, strict=True):
                         results[i] = out
             finally:

@@ -12,13 +12,13 @@ def test_hf_engine_generates_twenty_concurrent_rollouts_in_one_batch(policy, mon
     from cascade_envs.trainer.engine import HFEngine
 
     sizes: list[int] = []
-    real = hf.generate_batch
+    real = hf.generate_shared
 
     def counting(model, decode, requests, eos_ids, pad_id):
         sizes.append(len(requests))
         return real(model, decode, requests, eos_ids, pad_id)
 
-    monkeypatch.setattr(hf, "generate_batch", counting)
+    monkeypatch.setattr(hf, "generate_shared", counting)
     engine = HFEngine(policy.model, policy.tokenizer)
     sampling = SamplingParams(max_tokens=2, temperature=1.0, seed=0)
 

@@ -92,13 +92,13 @@ def test_concurrent_requests_are_batched_and_match_unbatched(policy, monkeypatch
     sampling = SamplingParams(max_tokens=6, temperature=0)
     alone = [policy.generate([q], sampling)[0] for q in QUESTIONS]
     batch_sizes = []
-    real = hf_module.generate_batch
+    real = hf_module.generate_shared
 
     def spy(model, decode, requests, *args):
         batch_sizes.append(len(requests))
         return real(model, decode, requests, *args)
 
-    monkeypatch.setattr(hf_module, "generate_batch", spy)
+    monkeypatch.setattr(hf_module, "generate_shared", spy)
 
     async def together():
         return await asyncio.gather(*(policy.agenerate(q, sampling=sampling) for q in QUESTIONS))
@@ -223,7 +223,7 @@ def test_missing_chat_template_is_a_clear_error(policy):
 
 def test_generation_failure_fails_its_callers_and_the_worker_survives(policy, monkeypatch):
     own = HFPolicy(policy.model, tokenizer=policy.tokenizer)
-    real = hf_module.generate_batch
+    real = hf_module.generate_shared
     calls = []
 
     def flaky(*args):
@@ -232,7 +232,7 @@ def test_generation_failure_fails_its_callers_and_the_worker_survives(policy, mo
             raise RuntimeError("boom")
         return real(*args)
 
-    monkeypatch.setattr(hf_module, "generate_batch", flaky)
+    monkeypatch.setattr(hf_module, "generate_shared", flaky)
     sampling = SamplingParams(max_tokens=2, temperature=0)
 
     async def go():

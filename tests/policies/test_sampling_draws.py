@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cascade_envs.policies.decoding import GenRequest, _RowSampler  # noqa: E402
+from cascade_envs.policies.decoding import GenRequest, RowSampler  # noqa: E402
 
 # Token 3 has probability 0 (a -inf logit); the others 0.5, 0.3, 0.15, 0.05.
 PROBS = [0.5, 0.3, 0.15, 0.0, 0.05]
@@ -14,13 +14,10 @@ ROWS = 4000
 
 
 def draw(requests: list[GenRequest], probs: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    """One sampling step of ``_RowSampler`` on the same scores in every row: (tokens, logprobs)."""
+    """One sampling step of ``RowSampler`` on the same scores in every row: (tokens, logprobs)."""
     logits = torch.tensor([math.log(p) if p > 0 else float("-inf") for p in probs])
-    sampler = _RowSampler(requests, torch.device("cpu"))
-    onehot = sampler(torch.zeros((len(requests), 1), dtype=torch.long), logits.repeat(len(requests), 1))
-    tokens = onehot.argmax(dim=-1)
-    assert bool((onehot.gather(1, tokens[:, None]) == 0).all()) and bool(torch.isinf(onehot).sum(1).eq(len(probs) - 1).all())
-    return tokens, sampler.logprobs[0]
+    sampler = RowSampler(requests, torch.device("cpu"))
+    return sampler.draw(logits.repeat(len(requests), 1), list(range(len(requests))))
 
 
 def request(seed: int, temperature: float = 1.0, top_p: float = 1.0) -> GenRequest:
@@ -57,3 +54,23 @@ def test_top_p_keeps_only_the_nucleus_in_a_mixed_batch():
     assert {2, 4} <= set(full.tolist())
     # the reported logprob is the untruncated one (top-p shapes the draw, not the logprob)
     assert torch.allclose(logprobs[1::2], torch.tensor([math.log(PROBS[t]) for t in nucleus.tolist()]), atol=1e-6)
+
+
+def test_a_vocabulary_of_several_blocks_is_drawn_with_its_probabilities():
+    # 773 tokens: three full blocks of 256 and a short last one. Mass sits on a few tokens at block
+    # edges (first and last of a block, the vocabulary's last token); every other token has a
+    # -inf logit or one so low its probability underflows to 0.
+    vocab = 3 * 256 + 5
+    logits = torch.full((vocab,), float("-inf"))
+    logits[1:200] = -200.0  # exp(-200 - peak) is 0 in float32: never drawn
+    heavy = {0: 0.1, 255: 0.2, 256: 0.3, 767: 0.15, 772: 0.25}
+    for token, p in heavy.items():
+        logits[token] = math.log(p)
+    rows = 8000
+    sampler = RowSampler([request(seed) for seed in range(rows)], torch.device("cpu"))
+    tokens, logprobs = sampler.draw(logits.repeat(rows, 1), list(range(rows)))
+    assert set(tokens.tolist()) == set(heavy)
+    for token, p in heavy.items():
+        share = (tokens == token).double().mean().item()
+        assert abs(share - p) < 5 * math.sqrt(p * (1 - p) / rows), (token, share)
+    assert torch.allclose(logprobs, torch.log_softmax(logits, -1)[tokens], atol=1e-6)

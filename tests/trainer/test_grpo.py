@@ -137,8 +137,13 @@ def test_kl_reference_and_micro_batching_match_one_big_batch(make_config, tmp_pa
     assert ma["batch/sequences"] > 3  # more than one micro-batch in b
     assert ma["reward/mean"] == mb["reward/mean"]
     assert ma["train/loss"] == pytest.approx(mb["train/loss"], abs=1e-6)
+    # Adam's first update is about lr * sign(grad) whatever the gradient's size, so the weights
+    # alone would hide a wrongly scaled micro-batch: the gradient norm checks the scale, and the
+    # weights the direction. Elements whose gradient is float noise (~Adam's eps) may move by a
+    # few 1e-6 either way at lr 3e-3, so the weights are compared at 1e-5.
+    assert ma["train/grad_norm"] == pytest.approx(mb["train/grad_norm"], rel=1e-5)
     for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
-        assert torch.allclose(pa, pb, atol=1e-6)
+        assert torch.allclose(pa, pb, atol=1e-5)
 
 
 def test_gradient_checkpointing_gives_the_same_update(make_config, tmp_path):
