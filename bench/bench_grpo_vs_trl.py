@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import tempfile
 import time
 from pathlib import Path
@@ -89,7 +88,12 @@ def build_model(kind: str, folder: Path) -> Path:
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This process's peak RSS (``VmHWM``). Not ``ru_maxrss``: on Linux that keeps the parent's peak
+    across fork + exec, so every child would report at least the parent's RSS."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    return float("nan")
 
 
 def register_bench_env() -> dict[str, Any]:

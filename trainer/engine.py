@@ -62,8 +62,15 @@ class HFEngine(RolloutEngine):
     DEFAULT_MAX_BATCH_SIZE = 64
 
     def __init__(self, model: Any, tokenizer: Any, **policy_kwargs: Any):
+        from ..core import CascadeError
         from ..policies.hf import HFPolicy
 
+        moved = sorted({"dtype", "device"} & set(policy_kwargs))
+        if moved:  # HFPolicy would move or cast the training model itself
+            raise CascadeError(
+                f"rollout.engine_kwargs.{moved[0]}: the HF engine generates with the training model; "
+                f"set model.{moved[0]} instead"
+            )
         policy_kwargs.setdefault("max_batch_size", self.DEFAULT_MAX_BATCH_SIZE)
         self.policy = HFPolicy(model, tokenizer, **policy_kwargs)
         self.model = model

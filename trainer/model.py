@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .._extras import require
 from ..core import CascadeError
+from ..policies.shared_decoding import cache_keyword
 from .batch import TrainSequence
 from .config import ModelConfig
 
@@ -215,14 +216,6 @@ def _is_checkpointing(model: Any) -> bool:
     return bool(getattr(model, name, False))
 
 
-def _cache_argument(model: Any) -> str:
-    """The forward argument that takes a KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
-    try:
-        return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    except (TypeError, ValueError):
-        return "past_key_values"
-
-
 def _output_cache(out: Any) -> Any:
     for name in ("cache", "past_key_values"):
         if name in out:
@@ -259,7 +252,7 @@ def _shared_prompt_logits(model: Any, mb: MicroBatch) -> Tensor | None:
         attention_mask=torch.cat([attn.index_select(0, select), resp_attn], dim=-1),
         position_ids=positions,
         use_cache=True,
-        **{_cache_argument(model): cache},
+        **{cache_keyword(model): cache},
     ).logits
     return torch.cat([first, rest], dim=1)
 

@@ -94,8 +94,7 @@ class VLLMEngine(RolloutEngine):
             raise ValueError(f"bucket_mb must be >= 1, got {bucket_mb}")
         trainer_model = None if isinstance(model, (str, Path)) else model
         path = _model_folder(model)
-        # Must be set before the engine is built: keeps the engine core and worker in this process.
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        in_process_vllm_environment()
         import vllm
         from vllm.platforms import current_platform
 
@@ -412,6 +411,16 @@ def _completion(out: Any, prompt_ids: list[int]) -> Completion:
         logprobs=logprobs,
         prompt_token_ids=list(prompt_ids),
     )
+
+
+def in_process_vllm_environment() -> None:
+    """Set before an in-process ``vllm.LLM`` is built: its engine core and worker stay in this
+    process, and its CPU worker, which sets this process's torch threads from ``OMP_NUM_THREADS``
+    (1 when unset), keeps the count the trainer has (its optimizer steps would slow down too)."""
+    import torch
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 
 def _model_folder(model: Any) -> Path:

@@ -19,7 +19,6 @@ where ``HFTeacher``'s argmax may pick the sampled token; with real-valued logits
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from .._extras import require
 from ..core import CascadeError
 from .batch import TrainSequence
 from .teachers import TeacherScores
-from .vllm_engine import _model_folder
+from .vllm_engine import _model_folder, in_process_vllm_environment
 
 GREEDY_TEMPERATURES = (0.0, 1.0)
 """Rollout temperatures at which vLLM's prompt logprobs equal ``HFTeacher``'s ``log_softmax(logits / T)``."""
@@ -47,8 +46,7 @@ class VLLMTeacher:
                                f"temperature {temperature} needs mopd.teacher_engine: hf")
         require("vllm", "the vLLM MOPD teacher")
         folder = _model_folder(path)
-        # As in VLLMEngine: the engine core and its worker stay in this process.
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        in_process_vllm_environment()
         import vllm
         from vllm.platforms import current_platform
 

@@ -34,6 +34,7 @@ from transformers import (
 )
 
 from ..core import Completion
+from ..policy import PolicyError
 
 Decode = Callable[[list[int]], str]
 """Token ids to text, special tokens kept (a thread-safe wrapper around the tokenizer)."""
@@ -120,7 +121,9 @@ class RowSampler:
         index = torch.tensor(rows, device=logits.device)
         scale = self.scale[index]
         scaled = logits.float() if bool((scale == 1).all()) else logits.float() / scale
-        peak = scaled.amax(dim=-1, keepdim=True)
+        peak = scaled.amax(dim=-1, keepdim=True)  # NaN if any logit is NaN
+        if not bool(torch.isfinite(peak).all()):
+            raise PolicyError("the model produced NaN or all -inf logits")
         weights = (scaled - peak).exp_()  # unnormalised probabilities, the largest exactly 1
         blocks = _BlockSums(weights)
         chosen = torch.empty(len(rows), dtype=torch.long, device=logits.device)

@@ -43,9 +43,12 @@ def supports_shared_decoding(model: object) -> bool:
     return all(kind == "full_attention" for kind in layer_types) and not getattr(config, "sliding_window", None)
 
 
-def _cache_keyword(model: object) -> str:
-    """The forward keyword that takes the KV cache: ``cache`` in newer transformers, else ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # type: ignore[attr-defined]
+def cache_keyword(model: object) -> str:
+    """The forward argument that takes a KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+    try:
+        return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return "past_key_values"
 
 
 def generate_shared(
@@ -62,7 +65,7 @@ def generate_shared(
     generated: list[list[int]] = [[] for _ in requests]
     logprobs: list[list[float]] = [[] for _ in requests]
     cache = DynamicCache(config=model.config)
-    cache_arg = {_cache_keyword(model): cache}
+    cache_arg = {cache_keyword(model): cache}
     with torch.inference_mode():
         out = model(
             input_ids=input_ids.to(device),

@@ -37,3 +37,17 @@ def test_hf_engine_keeps_an_explicit_batch_size(policy):
     from cascade_envs.trainer.engine import HFEngine
 
     assert HFEngine(policy.model, policy.tokenizer, max_batch_size=4).policy.max_batch_size == 4
+
+
+def test_hf_engine_refuses_to_cast_or_move_the_training_model(policy):
+    import pytest
+    import torch
+
+    from cascade_envs.core import CascadeError
+    from cascade_envs.trainer.engine import HFEngine
+
+    dtype = next(policy.model.parameters()).dtype
+    for key, value in (("dtype", "bfloat16" if dtype != torch.bfloat16 else "float32"), ("device", "meta")):
+        with pytest.raises(CascadeError, match=f"rollout.engine_kwargs.{key}: .* set model.{key} instead"):
+            HFEngine(policy.model, policy.tokenizer, **{key: value})
+    assert next(policy.model.parameters()).dtype == dtype and policy.model.device.type == "cpu"

@@ -74,3 +74,12 @@ def test_a_vocabulary_of_several_blocks_is_drawn_with_its_probabilities():
         share = (tokens == token).double().mean().item()
         assert abs(share - p) < 5 * math.sqrt(p * (1 - p) / rows), (token, share)
     assert torch.allclose(logprobs, torch.log_softmax(logits, -1)[tokens], atol=1e-6)
+
+
+@pytest.mark.parametrize("row", [[0.0] * 7 + [float("nan")] + [0.0] * 292, [float("-inf")] * 300])
+def test_broken_logits_are_a_policy_error_not_a_token(row):
+    from cascade_envs.policy import PolicyError
+
+    logits = torch.stack([torch.zeros(300), torch.tensor(row)])
+    with pytest.raises(PolicyError, match="NaN or all -inf"):
+        RowSampler([request(1), request(2)], torch.device("cpu")).draw(logits, [0, 1])
