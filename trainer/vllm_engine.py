@@ -414,13 +414,8 @@ def _completion(out: Any, prompt_ids: list[int]) -> Completion:
 
 
 def in_process_vllm_environment() -> None:
-    """Set before an in-process ``vllm.LLM`` is built: its engine core and worker stay in this
-    process, and its CPU worker, which sets this process's torch threads from ``OMP_NUM_THREADS``
-    (1 when unset), keeps the count the trainer has (its optimizer steps would slow down too)."""
-    import torch
-
+    """Set before an in-process ``vllm.LLM`` is built: its engine core and worker stay in this process."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 
 def _model_folder(model: Any) -> Path:
