@@ -1,11 +1,13 @@
-"""One batched ``model.generate`` call for requests with their own sampling settings.
+"""Per-row sampling and stopping for batched generation, and the ``model.generate`` path.
 
 Each row of a batch keeps its own temperature, top-p, max_tokens, stop strings and seed, so
 requests can be batched freely and a seeded request samples the same tokens whatever else shares
-its batch (up to float noise from padding). Sampling happens in a logits processor with one
-``torch.Generator`` per row; it hands ``generate`` a one-hot score row, so ``generate`` runs in
-greedy mode and only drives the model and its cache (which keeps every architecture's cache
-handling, hybrid and recurrent ones included, inside transformers).
+its batch (up to float noise from padding). ``RowSampler`` draws each row's token by inverting
+its CDF at one uniform from the row's own ``torch.Generator``; ``RowEnds`` decides when a row
+ends. Both decoding paths use them: ``shared_decoding.py`` (our own loop) and ``generate_batch``
+here, where the sampler sits in a logits processor that hands ``generate`` a one-hot score row,
+so ``generate`` runs in greedy mode and only drives the model and its cache (which keeps every
+architecture's cache handling, hybrid and recurrent ones included, inside transformers).
 
 Logprobs: for every sampled token, ``log_softmax(logits / T)`` over the full vocabulary at the
 row's temperature ``T`` (``T = 1`` for greedy rows). This is what a trainer computes from the same
