@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_grpo_vs_trl import build_model, peak_rss_mb
+from bench_learning_vs_trl import SideFailed, spawn
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "cascade/InstructionFollowing-v0"
@@ -220,19 +220,10 @@ def run_variant(python: str, variant: str, argv: list[str], threads: int, timeou
 
     ``OMP_NUM_THREADS`` is set too: vLLM's CPU engine otherwise drops to one torch thread.
     """
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": str(threads)}
     try:
-        proc = subprocess.run([python, __file__, "--side", variant, *argv], capture_output=True, text=True, env=env,
-                              timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"no result within {timeout_s:.0f} s (--timeout)"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        errors = [line for line in proc.stderr.splitlines() if line.strip()]
-        return {"skipped": f"failed (exit {proc.returncode}): {errors[-1] if errors else 'no output'}"[:400]}
-    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
-    return result
+        return spawn(__file__, variant, argv, timeout_s, python=python, env={"OMP_NUM_THREADS": str(threads)})
+    except SideFailed as failed:
+        return {"skipped": failed.reason}
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:

@@ -115,15 +115,34 @@ def trl_completion(text: str, ids: Sequence[int], end_ids: set[int], max_tokens:
     return Completion(text, finish_reason="length" if cut else "stop", token_ids=list(ids))
 
 
-def spawn(script: str, side: str, argv: list[str], timeout_s: float) -> dict[str, Any]:
-    """Run one side in a fresh subprocess; its last ``RESULT {json}`` line."""
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, script, "--side", side, *argv], capture_output=True, text=True, env=env,
-                          timeout=timeout_s)
+class SideFailed(SystemExit):
+    """A side that failed or gave no result. Uncaught, it ends the benchmark with ``message`` (exit
+    status 1, as ``sys.exit(message)``); ``reason`` is a one-line summary for a caller that goes on."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def spawn(script: str, side: str, argv: list[str], timeout_s: float, *, python: str = sys.executable,
+          env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one side in a fresh subprocess of ``python`` (extra ``env`` on top of this process's);
+    its last ``RESULT {json}`` line, or ``SideFailed``."""
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           **(env or {})}
+    try:
+        proc = subprocess.run([python, script, "--side", side, *argv], capture_output=True, text=True, env=env,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        reason = f"no result within {timeout_s:.0f} s"
+        raise SideFailed(f"{side}: {reason}", reason) from None
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
-        sys.exit(f"{side} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1].removeprefix("RESULT "))
+        errors = [line for line in proc.stderr.splitlines() if line.strip()]
+        reason = f"failed (exit {proc.returncode}): {errors[-1] if errors else 'no output'}"[:400]
+        raise SideFailed(f"{side} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", reason)
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    return result
 
 
 # -- this benchmark ---------------------------------------------------------------------------------

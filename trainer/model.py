@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .._extras import require
 from ..core import CascadeError
+from ..policies.decoding import left_pad
 from ..policies.shared_decoding import cache_keyword
 from .batch import TrainSequence
 from .config import ModelConfig
@@ -228,11 +229,8 @@ def _shared_prompt_logits(model: Any, mb: MicroBatch) -> Tensor | None:
     device = mb.input_ids.device
     index: dict[tuple[int, ...], int] = {}
     rows = [index.setdefault(tuple(s.prompt_ids), len(index)) for s in mb.sequences]
-    prompts = list(index)
-    p = max(len(x) for x in prompts)
     pad = int(mb.input_ids[0, 0]) if mb.attention_mask[0, 0] == 0 else 0
-    ids = torch.tensor([[pad] * (p - len(x)) + list(x) for x in prompts], device=device)
-    attn = torch.tensor([[0] * (p - len(x)) + [1] * len(x) for x in prompts], device=device)
+    ids, attn = (t.to(device) for t in left_pad([list(x) for x in index], pad))
     kwargs: dict[str, Any] = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
     out = model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0), use_cache=True, **kwargs)
     cache = _output_cache(out)

@@ -96,7 +96,7 @@ class HFPolicy:
         if decoding == "shared" and not shared:
             model_type = getattr(getattr(loaded, "config", None), "model_type", None)
             raise CascadeError(f"decoding='shared' does not support model type {model_type!r}: use decoding='generate'")
-        self.decoding = "shared" if decoding == "auto" and shared else "generate" if decoding == "auto" else decoding
+        self.decoding = ("shared" if shared else "generate") if decoding == "auto" else decoding
         self.eos_token_ids = end_token_ids(loaded, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id: int = pad if pad is not None else min(self.eos_token_ids, default=0)
@@ -220,10 +220,10 @@ class HFPolicy:
             was_training = self.model.training
             self.model.eval()
             try:
+                decode_batch = generate_shared if self.decoding == "shared" else generate_batch
                 for start in range(0, len(order), self.max_batch_size):
                     chunk = order[start : start + self.max_batch_size]
                     batch = [requests[i] for i in chunk]
-                    decode_batch = generate_shared if self.decoding == "shared" else generate_batch
                     outs = decode_batch(self.model, self.decode, batch, self.eos_token_ids, self.pad_token_id)
                     for i, out in zip(chunk, outs, strict=True):
                         results[i] = out
