@@ -3,8 +3,9 @@
 # <repo>/.venv-swe (override: SWE_VENV=...), built here idempotently from pyenv's 3.12 (or
 # PYTHON312=...): the project, editable, with its `swe` extra (openhands-sdk, openhands-tools,
 # docker; no torch), plus pytest. A venv whose SDK already imports is reused. Runs tests/envs/swe
-# (episodes end to end in bwrap and local workspaces) and the sandbox's workspace tests; a missing
-# SDK or interpreter fails this script, it never skips.
+# (episodes end to end in bwrap and local workspaces, the grader's attack suite) and the sandbox's
+# workspace tests; a missing SDK or interpreter fails this script, it never skips. The pytest rows
+# run on the sandbox's python3 (/usr/bin/python3): python3-pytest is installed from apt if missing.
 #
 #   bash .ci/swe.sh [extra pytest args]
 set -euo pipefail
@@ -41,6 +42,11 @@ sdk_imports || { echo "swe.sh: the OpenHands SDK does not import after installin
 pip_install "${TEST_DEPS[@]}"
 versions=$("$PY" -m pip list 2>/dev/null | awk '/^openhands-(sdk|tools) /{printf "%s %s ", $1, $2}')
 log "venv ready in $((SECONDS - t0)) s: $("$PY" -V) $versions"
+
+if ! /usr/bin/python3 -c "import pytest" >/dev/null 2>&1; then
+    log "installing python3-pytest (the sandbox's python3 runs the pytest rows)"
+    { apt-get update -qq && apt-get install -y -qq python3-pytest; } >/dev/null
+fi
 
 t1=$SECONDS
 cd "$ROOT"

@@ -102,25 +102,73 @@ def _blob(data):
     return HEAD.pack(len(data)) + data
 
 
+NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_beneath(workdir, path, flags, create_dirs=False):
+    """Open ``path`` under ``workdir`` one component at a time, never following a symlink.
+
+    Every directory on the way is opened with ``O_NOFOLLOW`` relative to the one before, so a
+    symlink anywhere in the path (``tests -> /etc``) is refused rather than followed; the file
+    itself is opened non-blocking (a FIFO cannot stall us) and must be a regular file.
+    """
+    parts = os.path.relpath(_safe_path(workdir, path), workdir).split(os.sep)
+    fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            if create_dirs:
+                try:  # noqa: SIM105 (contextlib would cost the agent's start-up time)
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise ValueError("not a directory (symlinks are not followed): " + repr(path)) from exc
+            os.close(fd)
+            fd = sub
+        try:
+            target = os.open(parts[-1], flags | NOFOLLOW, 0o600, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (40, 6):  # ELOOP: a symlink; ENXIO: a FIFO without a reader
+                raise ValueError("not a regular file (symlinks are not followed): " + repr(path)) from exc
+            raise
+    finally:
+        os.close(fd)
+    info = os.fstat(target)
+    if (info.st_mode & 0o170000) != 0o100000:  # S_IFREG
+        os.close(target)
+        raise ValueError("not a regular file: " + repr(path))
+    return target
+
+
 def op_write(req, workdir):
     for path, (data, mode) in req["files"].items():
-        full = _safe_path(workdir, path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = _open_beneath(workdir, path, os.O_WRONLY | os.O_CREAT, create_dirs=True)
         try:
+            os.ftruncate(fd, 0)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
         finally:
             os.close(fd)
-        os.chmod(full, mode)
     return bytes([OK]) + _blob(b"")
 
 
 def op_read(req, workdir):
     limit = int(req.get("limit", 1 << 30))
-    with open(_safe_path(workdir, req["path"]), "rb") as fh:
-        data = fh.read(limit + 1)
+    fd = _open_beneath(workdir, req["path"], os.O_RDONLY)
+    try:
+        os.set_blocking(fd, True)
+        data = b""
+        while len(data) <= limit:
+            chunk = os.read(fd, min(CHUNK << 4, limit + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise ValueError("file larger than the read limit")
     return bytes([OK]) + _blob(data)

@@ -12,7 +12,8 @@ killed after it, nothing it runs can signal it, and everything dies with the ses
 
 Workspace mode (``workspace.py``): the work dir is a RAM disk of ``workspace.workdir_mb`` at
 ``workspace.workdir`` (e.g. ``/testbed``), the root is ``workspace.root`` (read-only) or ``/usr``
-as above, and ``workspace.mounts`` are added; the rest is the same.
+as above, and ``workspace.mounts`` are added; each of ``workspace.hidden`` that one of those
+binds would show is covered by an empty read-only tmpfs; the rest is the same.
 """
 
 from __future__ import annotations
@@ -105,12 +106,15 @@ class BwrapSandbox(Sandbox):
         argv = [exe, "--ro-bind", workspace.root, "/"] if workspace.root else _root_args(exe)
         for mount in workspace.mounts:
             argv += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
-        return self._launch_in(network, argv, workspace.workdir, workspace.workdir_mb)
+        return self._launch_in(network, argv, workspace.workdir, workspace.workdir_mb, workspace.hidden)
 
-    def _launch_in(self, network: bool, argv: list[str], workdir: str, workdir_mb: int) -> Launch:
+    def _launch_in(self, network: bool, argv: list[str], workdir: str, workdir_mb: int,
+                   hidden: tuple[str, ...] = ()) -> Launch:
         binds = self.ro_binds + (tuple(p for p in NETWORK_FILES if os.path.exists(p)) if network else ())
         for path in binds:
             argv += ["--ro-bind", path, path]
+        for path in _shown(argv, hidden):
+            argv += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
         argv += [
             "--proc", "/proc", "--dev", "/dev",
             "--size", str(self.shm_mb << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
@@ -123,6 +127,18 @@ class BwrapSandbox(Sandbox):
             self.python, "-I", "-S", "-c", agent_source(), workdir, f"account={workdir}:/tmp:/dev/shm,ipc",
         ]
         return Launch(argv, workdir, user=self.run_as, agent_protected=True)
+
+
+def _shown(argv: list[str], hidden: tuple[str, ...]) -> list[str]:
+    """Where each ``hidden`` host directory appears inside, given the binds in ``argv`` (not shown: left out)."""
+    binds = [(argv[i + 1], argv[i + 2]) for i, arg in enumerate(argv) if arg in ("--ro-bind", "--bind")]
+    shown = []
+    for path in (os.path.realpath(p) for p in hidden):
+        for source, target in binds:
+            source = os.path.realpath(source)
+            if os.path.isdir(path) and (path + "/").startswith(source.rstrip("/") + "/"):
+                shown.append(os.path.normpath(target + "/" + path[len(source):]))
+    return shown
 
 
 if sys.platform != "linux":  # pragma: no cover

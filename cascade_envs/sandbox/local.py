@@ -10,12 +10,20 @@ What it does guarantee: commands run as an unprivileged uid when started as root
 unprivileged user namespaces work, the agent runs in its own user, PID, network (unless asked),
 IPC and mount namespaces with every capability dropped, so it is PID 1 (leftover processes are
 killed after each command; nothing a command does can signal it), there is no network and no way
-to reach host processes, and System V objects are removed after each command. Workspace mode:
-the work dir is a fresh host temp dir (``cascade-workspace-*``) standing for ``workspace.workdir``,
-removed with the session; a workspace root, image or mounts are refused. Without namespaces
+to reach host processes, and System V objects are removed after each command. Without namespaces
 (logged once) it is rlimits only: a command can open connections, leave daemons and signal the
 agent (the host then blames the command, ``killed_by="agent_killed"``). Use ``bwrap`` or
 ``docker`` for untrusted code.
+
+Workspace mode needs the namespaces (refused without them) and gives each session a private tree
+in its own mount namespace: every host mount is remounted read-only there, the work dir is a
+size-capped tmpfs (``workspace.workdir_mb``) at the path of a fresh host temp dir
+(``cascade-workspace-*``, which stands for ``workspace.workdir``: ``Session.workdir`` names it),
+``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` are private size-capped tmpfs mounts, and
+``workspace.hidden`` directories are covered by empty read-only ones. So sibling sessions cannot
+see or touch each other's files, nothing is left in the host's temp dirs, the work dir has a
+total cap, and what it writes counts against ``memory_mb``; host files stay readable where the
+uid may read them (hide what must not be read). A workspace root, image or mounts are refused.
 """
 
 from __future__ import annotations
@@ -31,6 +39,21 @@ from .results import SandboxError
 from .workspace import Workspace
 
 log = logging.getLogger("cascade_envs.sandbox")
+
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+"""Host directories any uid may write: each workspace session gets a private tmpfs in their place."""
+# $1: work dir cap (MB), $2: temp dirs cap (MB), $3: the work dir, then hidden dirs up to "--", then the agent's argv
+PRIVATE_TREE = r"""set -e
+work_mb=$1 tmp_mb=$2 work=$3; shift 3
+awk '{print $5}' /proc/self/mountinfo | sort -ru | while read -r m; do
+  m=$(printf '%b' "$m"); mount -o remount,bind,ro "$m" 2>/dev/null || [ ! -w "$m" ] || { echo "cannot make $m read-only" >&2; exit 1; }
+done
+for d in PRIVATE_DIRS; do [ ! -d "$d" ] || mount -t tmpfs -o "size=${tmp_mb}m,mode=1777" tmpfs "$d"; done
+mkdir -p "$work" && mount -t tmpfs -o "size=${work_mb}m,mode=700" tmpfs "$work"
+while [ "$1" != -- ]; do [ ! -d "$1" ] || mount -t tmpfs -o size=4k,mode=555,ro tmpfs "$1"; shift; done
+shift
+exec "$@"
+""".replace("PRIVATE_DIRS", " ".join(PRIVATE_DIRS))
 
 
 _PREFIXES: dict[tuple[int | None, bool], tuple[str, ...]] = {}
@@ -73,12 +96,15 @@ class LocalSandbox(Sandbox):
     caveat = "weaker than bwrap: the host file system is readable and writable where its uid allows"
 
     def _launch_workspace(self, network: bool, workspace: Workspace) -> Launch:
-        """A host temp dir stands for ``workspace.workdir`` (``Session.workdir`` names it); no root, image or mounts."""
+        """A private tree (module docstring) whose tmpfs work dir stands for ``workspace.workdir``."""
         if workspace.root or workspace.mounts or workspace.image:
             raise SandboxError("the local sandbox cannot serve a workspace root, image or mounts (use bwrap or docker)")
-        return self._launch(network, dir_prefix="cascade-workspace-")
+        if not self.namespaces:
+            raise SandboxError("the local sandbox cannot give a workspace a private tree here (no user namespaces): "
+                               "use bwrap or docker")
+        return self._launch(network, "cascade-workspace-", workspace)
 
-    def _launch(self, network: bool, dir_prefix: str = "cascade-sandbox-") -> Launch:
+    def _launch(self, network: bool, dir_prefix: str = "cascade-sandbox-", workspace: Workspace | None = None) -> Launch:
         workdir = tempfile.mkdtemp(prefix=dir_prefix)
         if self.run_as is not None:
             os.chown(workdir, self.run_as, self.run_as)
@@ -87,6 +113,11 @@ class LocalSandbox(Sandbox):
         # In its namespaces the agent is root of the user namespace: it drops every capability before
         # serving, so neither it nor what it runs can ptrace it, read its pipes, mount or raise limits.
         options = ["dropcaps,ipc"] if prefix else []
+        if workspace is not None:
+            tmp_mb = max(8, int(self.defaults["memory_mb"]) // 4)
+            prefix = (*prefix, "sh", "-c", PRIVATE_TREE, "sh", str(workspace.workdir_mb), str(tmp_mb), workdir,
+                      *workspace.hidden, "--")
+            options = [f"dropcaps,ipc,account={':'.join((workdir, *PRIVATE_DIRS))}"]
         argv = [*prefix, self.python, "-I", "-S", "-c", agent_source(), workdir, *options]
         return Launch(argv, workdir, user=self.run_as, cleanup=[workdir], agent_protected=bool(prefix))
 

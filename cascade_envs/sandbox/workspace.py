@@ -18,6 +18,8 @@ path its task names (e.g. ``/testbed``), plus whatever the task's image or extra
   already at ``/testbed``; ``root`` (``bwrap``): a host directory served read-only as ``/``
   (an unpacked image; it must hold the sandbox's Python and an empty ``workdir``);
 - ``mounts``: extra host paths, read-only unless ``writable``;
+- ``hidden``: host directories the session must not read (e.g. the task files with gold answers):
+  an empty read-only directory is shown in their place wherever the backend would show them;
 - ``env``: the environment of every command (``Workspace.command_env``).
 
 Network stays off unless the session asks for it; the per-command limits (timeout, memory,
@@ -64,6 +66,7 @@ class Workspace:
     mounts: tuple[Mount, ...] = ()
     workdir_mb: int = 256
     env: Mapping[str, str] = field(default_factory=dict)
+    hidden: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not os.path.isabs(self.workdir) or os.path.normpath(self.workdir) in ("/", "/usr", "/proc", "/dev", "/tmp"):
@@ -74,7 +77,10 @@ class Workspace:
             raise ValueError(f"workspace root {self.root!r} is not a directory")
         if self.workdir_mb < 1:
             raise ValueError("workspace workdir_mb must be at least 1")
+        if not all(os.path.isabs(path) for path in self.hidden):
+            raise ValueError(f"workspace hidden paths must be absolute, got {self.hidden!r}")
         object.__setattr__(self, "mounts", tuple(self.mounts))
+        object.__setattr__(self, "hidden", tuple(os.path.normpath(path) for path in self.hidden))
 
     def command_env(self, workdir: str) -> dict[str, str]:
         """The environment of a command in this workspace (``workdir``: where it really is)."""

@@ -17,36 +17,45 @@ An episode:
 
 - setup (``on_reset``): a sandbox session whose workspace holds the repository at the task's
   ``workdir`` (``/testbed``): the row's snapshot copied in (bwrap, local) or the task's image
-  (docker), then its ``setup_cmd``. Anything failing here raises ``SandboxError`` from ``reset``;
-  the runner masks such an episode (``Reward.failed``), it is never scored 0;
+  (docker), then its ``setup_cmd``; the workspace's files are listed then, before the agent acts
+  (the base the change is read against). Anything failing here raises ``SandboxError`` from
+  ``reset``; the runner masks such an episode (``Reward.failed``), it is never scored 0;
 - turns: the ``<tool_call>`` blocks of each reply run in order (at most ``max_calls_per_turn``);
   broken JSON, unknown tools and bad arguments come back as error messages and the episode goes
   on. It ends when ``finish`` is called or a reply has no tool call; at ``max_turns`` (default
   200), the runner's deadline, token budget or a context overflow it ends truncated, scored 0;
-- reward: after a finished episode the tests run in the same workspace (``grading.py``): 1 iff
-  every FAIL_TO_PASS and PASS_TO_PASS test passes; a finished episode whose last reply is empty
-  and called no ``finish`` earns 0 without a test run; a workspace lost mid-episode (the sandbox
-  died) masks the sample;
+- reward: after a finished episode the agent's change is read from its workspace, screened, and
+  graded in a clean room, a fresh copy of the base, by the project's test runner
+  (``grading.py``, ``changes.py``): 1 iff every FAIL_TO_PASS and PASS_TO_PASS test passes; a
+  finished episode whose last reply is empty and called no ``finish`` earns 0 without a test run;
+  a workspace lost mid-episode (the sandbox died) masks the sample;
 - cleanup (``on_end``): the session closes and its workspace is removed.
 
-Backends: ``sandbox="bwrap"`` (default where it works), ``"local"`` (weaker; its workspace is a host
-temp dir, whose path replaces ``workdir`` in the prompt), ``"docker"`` (the task's ``image``).
+Backends: ``sandbox="bwrap"`` (default where it works) and ``"docker"`` (the task's ``image``)
+keep the host, the task rows and sibling episodes out of reach. ``"local"`` cannot (the host file
+system stays readable), so it is refused unless ``allow_unsafe_local=True``; then each session gets
+a private tree (``sandbox/local.py``: a capped tmpfs workspace whose host path replaces ``workdir``
+in the prompt, private temp dirs, the rest of the host read-only) and the task files and bundled
+rows are hidden from it.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from cascade_envs import Env, Reward, Task, TaskError
 from cascade_envs.core import Completion, Message
+from cascade_envs.data import BUNDLED, resolve_path
 from cascade_envs.episode import Episode, Turn
 from cascade_envs.reasoning import split_reasoning
-from cascade_envs.sandbox import Sandbox, SandboxError, Session, Workspace, get_sandbox
+from cascade_envs.sandbox import Sandbox, SandboxError, Session, get_sandbox
 from cascade_envs.tools import with_tools
 
-from .grading import TEST_TIMEOUT_S, check_test_patch, grade
+from .changes import ChangeError, Manifest, manifest
+from .grading import SETUP_TIMEOUT_S, TEST_TIMEOUT_S, grade, open_workspace
 from .task import SweTask, read_task
 from .tools import OpenHandsSDK, WorkspaceTools
 
@@ -54,7 +63,8 @@ log = logging.getLogger("cascade_envs.envs.swe")
 
 MAX_TURNS = 200
 MAX_CALLS_PER_TURN = 16
-SETUP_TIMEOUT_S = 300.0
+UNSAFE_LOCAL = ("cascade/SWE-v0 refuses the 'local' sandbox: it cannot keep the host's files (the task rows with their "
+                "gold patches) out of the agent's reach; use bwrap or docker, or pass allow_unsafe_local=True")
 SYSTEM_PROMPT = (
     "You are a software engineer working in a code repository. Use the tools to explore the code, reproduce "
     "the problem, edit files and run commands. The environment has no network access. When the issue is "
@@ -70,10 +80,11 @@ USER_PROMPT = (
 
 @dataclass
 class SweEpisode:
-    """One episode's state: its task and its tools (session, shell, editor)."""
+    """One episode's state: its task, its tools (session, shell, editor) and the workspace's base files."""
 
     task: SweTask
     tools: WorkspaceTools
+    base: Manifest
     calls: int = 0
 
     @property
@@ -88,7 +99,7 @@ class SweEnv(Env):
     command's timeout when the call gives none; ``max_command_timeout_s`` caps the ones it gives.
     ``test_timeout_s``, ``setup_timeout_s``: the grading run and the setup command.
     ``max_result_chars``: the longest tool message. ``memory_mb``, ``nproc``, ``output_limit_mb``:
-    per-command limits. ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
+    per-command limits. ``allow_unsafe_local``: accept the ``local`` sandbox (see the module doc). ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
     unset: the runner's) bound an episode; the report's 256K context is the engine's, whose
     overflow ends the episode truncated.
     """
@@ -112,6 +123,7 @@ class SweEnv(Env):
         memory_mb: int = 2048,
         nproc: int = 256,
         output_limit_mb: float = 4,
+        allow_unsafe_local: bool = False,
         **kwargs: Any,
     ):
         if max_calls_per_turn < 1:
@@ -123,6 +135,8 @@ class SweEnv(Env):
         self.sdk = OpenHandsSDK()  # refuses here, with the fix, where the SDK is missing
         self.sandbox = get_sandbox(sandbox, timeout_s=command_timeout_s, memory_mb=memory_mb, nproc=nproc,
                                    output_limit_mb=output_limit_mb) if not isinstance(sandbox, Sandbox) else sandbox
+        if self.sandbox.name == "local" and not allow_unsafe_local:
+            raise ValueError(UNSAFE_LOCAL)
         self.command_timeout_s, self.max_command_timeout_s = float(command_timeout_s), float(max_command_timeout_s)
         self.test_timeout_s, self.setup_timeout_s = float(test_timeout_s), float(setup_timeout_s)
         self.max_calls_per_turn = int(max_calls_per_turn)
@@ -130,6 +144,15 @@ class SweEnv(Env):
         self._toolboxes: dict[str, Any] = {}
         self._rows: dict[int, tuple[dict[str, Any], SweTask]] = {}
         super().__init__(tasks, **kwargs)
+        self.hidden = self._hidden()
+
+    def _hidden(self) -> tuple[str, ...]:
+        """Host directories holding task rows (gold patches): hidden from every workspace."""
+        folders = {str(resolve_path(f"{BUNDLED}swe/tasks.jsonl").parent)}
+        name = self.tasks.name if self.tasks is not None else ""
+        if name.startswith(BUNDLED) or Path(name).is_file():
+            folders.add(str(resolve_path(name).resolve().parent))
+        return tuple(sorted(folders))
 
     # ----- rows ---------------------------------------------------------------------------------
 
@@ -168,18 +191,12 @@ class SweEnv(Env):
 
     async def on_reset(self, episode: Episode) -> None:
         task = self._read(episode.task)
-        workspace = Workspace(workdir=task.workdir, source=task.source,
-                              image=task.image if self.sandbox.name == "docker" else None)
-        session = await self.sandbox.asession(workspace=workspace, files=task.files)
+        session = await open_workspace(self.sandbox, task, hidden=self.hidden, setup_timeout_s=self.setup_timeout_s)
         try:
-            if task.setup_cmd:
-                done = await session.arun(["bash", "-c", task.setup_cmd], timeout_s=self.setup_timeout_s)
-                if not done.ok:
-                    raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: "
-                                       f"setup_cmd {done.describe()}")
-            problem = await check_test_patch(session, task)
-            if problem is not None:
-                raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: {problem}")
+            base = await manifest(session, task)
+        except ChangeError as exc:
+            await session.aclose()
+            raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: {exc}") from None
         except BaseException:
             await session.aclose()
             raise
@@ -189,7 +206,7 @@ class SweEnv(Env):
                 message["content"] = str(message["content"]).replace(task.workdir, root)
         tools = WorkspaceTools(self.sdk, session, root, default_timeout_s=self.command_timeout_s,
                                max_timeout_s=self.max_command_timeout_s)
-        episode.state = SweEpisode(task, tools)
+        episode.state = SweEpisode(task, tools, base)
 
     async def on_end(self, episode: Episode) -> None:
         state: SweEpisode | None = episode.state
@@ -235,7 +252,8 @@ class SweEnv(Env):
             return Reward.zero("no final answer: the last reply is empty and finish was not called", **self._counts(state))
         if state.session.lost:
             return Reward.failed(f"the workspace was lost: {state.session.lost}")
-        reward = await grade(state.session, state.task, self.test_timeout_s)
+        reward = await grade(self.sandbox, state.task, state.session, state.base, hidden=self.hidden,
+                             test_timeout_s=self.test_timeout_s, setup_timeout_s=self.setup_timeout_s)
         reward.components.update(self._counts(state))
         return reward
 

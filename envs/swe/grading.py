@@ -1,54 +1,55 @@
-"""Grading by the repository's tests, with SWE-bench's rules.
+"""Grading in a clean room, with SWE-bench's rules and a runner the agent never touched.
 
-After the episode the workspace's test files are put back as the base had them, the row's
-``test_patch`` is applied, and ``test_cmd`` runs. Each test id's status is read from its output
-(``unittest -v`` lines, or pytest's ``-rA`` summary). Reward 1 iff every FAIL_TO_PASS and every
-PASS_TO_PASS test passed; a test missing from the output (its module failed to import, the run
-was cut) did not pass. An infrastructure failure (the sandbox died, the patch does not apply to
-the base's own files) masks the sample instead; a test run that times out is the code's doing: 0.
+After a finished episode:
+
+1. the agent's change is read from its workspace and screened (``changes.py``): test files,
+   hook files, compiled files, links, special files and new top-level modules are left out; a
+   change with nothing left is a 0 without a test run;
+2. a fresh workspace is set up from the task (the row's snapshot or image, then ``setup_cmd``),
+   the change is written into it (refusing symlinks and special files), and ``test_patch`` is
+   applied with ``patch -p1`` reading it from stdin;
+3. the project's runner (``scripts/runner.py``, passed as source text, never a file the agent
+   could reach) runs the task's test ids with unittest or pytest in a hardened interpreter
+   (``python3 -I -B``: no user site, no ``PYTHON*`` variables, no bytecode written, none read from
+   the tree's ``__pycache__``, an empty ``HOME`` outside the repository, the standard library
+   ahead of the repository on ``sys.path``) and reports each test's status over a private
+   channel tagged with a per-run nonce, then checks the test framework was not tampered with.
+
+Reward 1 iff every FAIL_TO_PASS and every PASS_TO_PASS test PASSED (or XFAIL), as SWE-bench's
+``test_passed``; stricter than SWE-bench, a skipped PASS_TO_PASS test does not count (code under
+test can raise ``SkipTest``). A test that was not reported did not pass. Zero, never a mask, for
+whatever the agent's code can cause: a run that times out, exceeds a limit, exits before the
+runner's final report, prints on the channel or tampers with the framework. Masked (``Reward.failed``)
+only for what it cannot: the sandbox lost, the base not setting up again, the test patch not
+applying to the base, the runner failing before it imported any repository code.
 """
 
 from __future__ import annotations
 
-import re
+import json
+import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cascade_envs.core import Reward
-from cascade_envs.sandbox import ExecResult, SandboxError, Session
+from cascade_envs.sandbox import ExecResult, Sandbox, SandboxError, Session, Workspace
 
+from .changes import Change, ChangeError, Manifest, collect
+from .scripts import source
 from .task import SweTask
 
-PASSED = "PASSED"
-FAILED = "FAILED"
 TEST_TIMEOUT_S = 300.0
-PATCH_FILE = ".cascade_test.patch"
+SETUP_TIMEOUT_S = 300.0
+PASSING = ("PASSED", "XFAIL")
+HOME = "/tmp/cascade-home"
+RUNNER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb"}
+RUNNER_ARGV = ["python3", "-I", "-B", "-c"]
 MAX_LISTED = 5
-
-_UNITTEST = re.compile(r"^(\w+) \(([\w.]+)\)(?:\n[^\n]*?)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)",
-                       re.MULTILINE)
-_PYTEST = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (\S+)", re.MULTILINE)
-
-
-def parse_unittest(log: str) -> dict[str, str]:
-    """``{test id: PASSED|FAILED}`` from ``python -m unittest -v`` output (ids ``pkg.module.Class.test``)."""
-    out: dict[str, str] = {}
-    for name, where, status in _UNITTEST.findall(log):
-        test_id = where if where.endswith("." + name) else f"{where}.{name}"  # 3.11+ prints the full id
-        out[test_id] = PASSED if status in ("ok", "expected failure") else FAILED
-    return out
-
-
-def parse_pytest(log: str) -> dict[str, str]:
-    """``{test id: PASSED|FAILED}`` from pytest's ``-rA`` short summary (``path::name``)."""
-    return {test_id: PASSED if status in ("PASSED", "XFAIL") else FAILED for status, test_id in _PYTEST.findall(log)}
-
-
-PARSERS = {"unittest": parse_unittest, "pytest": parse_pytest}
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """How the grading tests went."""
+    """How the grading tests went: each FAIL_TO_PASS and PASS_TO_PASS test, passed or not."""
 
     fail_to_pass: dict[str, bool]
     pass_to_pass: dict[str, bool]
@@ -57,84 +58,164 @@ class Verdict:
     def resolved(self) -> bool:
         return all(self.fail_to_pass.values()) and all(self.pass_to_pass.values())
 
-    def reward(self, prefix: str = "") -> Reward:
+    def reward(self, suffix: str = "") -> Reward:
         f2p, p2p = self.fail_to_pass, self.pass_to_pass
         components = {"fail_to_pass": _share(f2p), "pass_to_pass": _share(p2p), "resolved": int(self.resolved)}
         if self.resolved:
-            return Reward(1.0, components, reason=f"{prefix}resolved: {len(f2p)} FAIL_TO_PASS and "
-                                                  f"{len(p2p)} PASS_TO_PASS tests pass")
+            return Reward(1.0, components, reason=f"resolved: {len(f2p)} FAIL_TO_PASS and "
+                                                  f"{len(p2p)} PASS_TO_PASS tests pass{suffix}")
         failing = [t for t, ok in f2p.items() if not ok]
         broken = [t for t, ok in p2p.items() if not ok]
         parts = [f"{len(failing)}/{len(f2p)} FAIL_TO_PASS still fail ({_names(failing)})"] if failing else []
         parts += [f"{len(broken)}/{len(p2p)} PASS_TO_PASS now fail ({_names(broken)})"] if broken else []
-        return Reward.zero(prefix + "not resolved: " + "; ".join(parts), **components)
+        return Reward.zero("not resolved: " + "; ".join(parts) + suffix, **components)
 
 
 def verdict(task: SweTask, statuses: dict[str, str]) -> Verdict:
-    """SWE-bench's rule over parsed statuses: a test passes only when its status says so."""
-    return Verdict({t: statuses.get(t) == PASSED for t in task.fail_to_pass},
-                   {t: statuses.get(t) == PASSED for t in task.pass_to_pass})
+    """SWE-bench's rule over reported statuses: a test passes only when it was reported passing."""
+    return Verdict({t: statuses.get(t) in PASSING for t in task.fail_to_pass},
+                   {t: statuses.get(t) in PASSING for t in task.pass_to_pass})
 
 
-async def grade(session: Session, task: SweTask, timeout_s: float = TEST_TIMEOUT_S) -> Reward:
-    """Put the tests in place, run them in ``session``'s workspace and score the outcome."""
+async def open_workspace(sandbox: Sandbox, task: SweTask, *, hidden: Sequence[str] = (),
+                         setup_timeout_s: float = SETUP_TIMEOUT_S, check_patch: bool = True) -> Session:
+    """A session holding the task's base repository, set up (and the test patch checked to apply to it,
+    with ``check_patch``); ``SandboxError`` if it cannot be had."""
+    workspace = Workspace(workdir=task.workdir, source=task.source, hidden=tuple(hidden),
+                          image=task.image if sandbox.name == "docker" else None)
+    session = await sandbox.asession(workspace=workspace, files=task.files)
     try:
-        failure = await _install_tests(session, task)
+        if task.setup_cmd:
+            done = await session.arun(["bash", "-c", task.setup_cmd], timeout_s=setup_timeout_s)
+            if not done.ok:
+                raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: "
+                                   f"setup_cmd {done.describe()}")
+        if check_patch and task.test_patch.strip():
+            applied = await _patch(session, task.test_patch, dry_run=True)
+            if not applied.ok:
+                raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: the task's "
+                                   f"test_patch does not apply to its base: {applied.describe()} {applied.text[-300:]}")
+    except BaseException:
+        await session.aclose()
+        raise
+    return session
+
+
+async def grade(sandbox: Sandbox, task: SweTask, session: Session, base: Manifest, *, hidden: Sequence[str] = (),
+                test_timeout_s: float = TEST_TIMEOUT_S, setup_timeout_s: float = SETUP_TIMEOUT_S) -> Reward:
+    """Score the agent's work in ``session`` (whose workspace held ``base`` at setup) in a clean room."""
+    try:
+        change = await collect(session, base, task)
+    except ChangeError as exc:
+        return Reward.zero(f"the agent's change cannot be graded: {exc}")
     except SandboxError as exc:
-        failure = f"the grading tests could not be put in place: {exc}"
-    if failure is not None:
-        if session.lost:  # the sandbox itself went away: infrastructure
-            return Reward.failed(failure)
-        # The workspace is alive but the agent left it unable to take the tests (a full disk, files
-        # made read-only): its doing, so a 0. A test_patch that does not fit the task's own base was
-        # caught at setup (check_test_patch), so the task cannot be at fault here.
-        return Reward.zero(f"the agent's workspace could not take the grading tests: {failure}")
-    result = await session.arun(["bash", "-c", task.test_cmd], timeout_s=timeout_s)
-    if result.killed_by == "agent_killed":  # the tests run the agent's code, which stopped its sandbox agent
-        return Reward.zero(f"the test run killed its sandbox agent: {result.describe()}")
+        return Reward.failed(f"the agent's workspace could not be read: {exc}")
+    ignored = f"; {change.describe_ignored()}" if change.ignored else ""
+    counts = {"files_changed": len(change.written) + len(change.deleted), "paths_ignored": len(change.ignored)}
+    if change.empty:
+        return Reward.zero(f"no change to grade: the workspace differs from the base only in ignored paths{ignored}"
+                           if change.ignored else "no change to grade: the workspace is as the base was", **counts)
+    try:
+        room = await open_workspace(sandbox, task, hidden=hidden, setup_timeout_s=setup_timeout_s, check_patch=False)
+    except SandboxError as exc:
+        return Reward.failed(f"the clean room could not be set up: {exc}")
+    try:
+        reward = await _grade_in(room, task, change, test_timeout_s)
+    finally:
+        await room.aclose()
+    reward.components.update(counts)
+    if ignored and not reward.masked:
+        reward.reason = (reward.reason or "") + ignored
+    return reward
+
+
+async def _grade_in(room: Session, task: SweTask, change: Change, timeout_s: float) -> Reward:
+    """Apply ``change`` and the test patch in the fresh workspace ``room``, run the tests, score them."""
+    try:
+        if change.written:
+            await room.awrite(change.written)
+        if change.deleted:
+            gone = await room.arun(["xargs", "-0", "-r", "rm", "-f", "--"], "\0".join(change.deleted), timeout_s=60)
+            if not gone.ok:
+                raise SandboxError(f"removing deleted files: {gone.describe()}")
+    except SandboxError as exc:
+        if room.lost:
+            return Reward.failed(f"the clean room was lost: {exc}")
+        return Reward.zero(f"the agent's change could not be applied to the base: {exc}")
+    if task.test_patch.strip():
+        applied = await _patch(room, task.test_patch)
+        if not applied.ok:  # it applied to the base at setup and the change never touches its files
+            return Reward.failed(f"the test patch did not apply in the clean room: {applied.describe()}")
+    nonce = secrets.token_hex(16)
+    request = {"nonce": nonce, "framework": task.framework, "tests": list(dict.fromkeys(task.tests)),
+               "files": list(dict.fromkeys(t.split("::", 1)[0] for t in task.tests)),
+               "agent_paths": sorted(change.written)}
+    result = await room.arun([*RUNNER_ARGV, source("runner")], json.dumps(request), timeout_s=timeout_s,
+                             env=RUNNER_ENV, output_limit_mb=16)
+    return judge_run(task, result, nonce)
+
+
+def judge_run(task: SweTask, result: ExecResult, nonce: str) -> Reward:
+    """Score the runner's report in ``result``: the verdict, or why the run cannot be trusted."""
     if result.killed_by == "sandbox" or (result.error and result.killed_by is None):
         return Reward.failed(f"the test run did not complete: {result.describe()}")
-    log = result.stdout.decode("utf-8", errors="replace") + "\n" + result.stderr.decode("utf-8", errors="replace")
-    prefix = f"test run killed ({result.killed_by}); " if result.killed_by else ""
-    return verdict(task, PARSERS[task.test_log_format](log)).reward(prefix)
+    report = read_report(result.stdout, nonce)
+    if "crash" in report.events and not report.began:
+        return Reward.failed(f"the test runner failed before running any test: {report.events['crash']}")
+    if not report.began:
+        return Reward.failed(f"the test runner did not start: {result.describe()} {result.text[-300:]}")
+    if report.foreign:
+        return Reward.zero(f"the test run wrote on the result channel: {report.foreign}")
+    if "tampered" in report.events:
+        return Reward.zero(f"the test run tampered with the test framework: {'; '.join(report.events['tampered'])}")
+    if not report.ended:
+        why = f"killed ({result.killed_by})" if result.killed_by else f"exited with code {result.exit_code}"
+        crash = f": {report.events['crash']}" if "crash" in report.events else ""
+        return Reward.zero(f"the test run ended before the runner's final report ({why}{crash})")
+    return verdict(task, report.statuses).reward()
 
 
-async def check_test_patch(session: Session, task: SweTask) -> str | None:
-    """At setup, before the agent acts: whether ``test_patch`` applies to the fresh workspace (a dry run)."""
-    if not task.test_patch.strip():
-        return None
-    await session.awrite({PATCH_FILE: task.test_patch})
-    applied = await _run(session, ["patch", "-p1", "--batch", "--forward", "--dry-run", "-i", PATCH_FILE])
-    await _run(session, ["rm", "-f", PATCH_FILE])
-    if not applied.ok:
-        return f"the task's test_patch does not apply to its base: {applied.describe()} {applied.text[-300:]}"
-    return None
+@dataclass
+class Report:
+    """What the runner reported: statuses by test id, and the run's other events."""
+
+    statuses: dict[str, str]
+    events: dict[str, str | list[str]]
+    began: bool = False
+    ended: bool = False
+    foreign: str = ""
+    """Why the channel cannot be trusted (a line without the nonce, a test reported twice, ...)."""
 
 
-async def _install_tests(session: Session, task: SweTask) -> str | None:
-    """Restore the files ``test_patch`` touches to the base and apply it; the error, or ``None``."""
-    if not task.test_patch.strip():
-        return None
-    paths = task.patched_files
-    if task.files is not None:
-        restore = {p: task.files[p] for p in paths if p in task.files}
-        gone = [p for p in paths if p not in task.files]
-        if gone:
-            await _run(session, ["rm", "-f", "--", *gone])
-        if restore:
-            await session.awrite(restore)
-    elif task.base_commit:
-        await _run(session, ["git", "checkout", "-q", task.base_commit, "--", *paths])
-    await session.awrite({PATCH_FILE: task.test_patch})
-    applied = await _run(session, ["patch", "-p1", "--batch", "--forward", "-i", PATCH_FILE])
-    await _run(session, ["rm", "-f", PATCH_FILE])
-    if not applied.ok:
-        return f"the task's test_patch does not apply to the base's files: {applied.describe()} {applied.text[-300:]}"
-    return None
+def read_report(stream: bytes, nonce: str) -> Report:
+    """Parse the runner's channel: ``<nonce> <json>`` lines, ``begin`` first and ``end`` last."""
+    report = Report({}, {})
+    for number, line in enumerate(stream.decode("utf-8", errors="replace").splitlines(), start=1):
+        tag, _, body = line.partition(" ")
+        try:
+            record = json.loads(body) if tag == nonce else None
+        except ValueError:
+            record = None
+        in_order = isinstance(record, dict) and not report.ended and (report.began or "begin" in record or "crash" in record)
+        if not in_order or not isinstance(record, dict):
+            report.foreign = report.foreign or f"line {number} is not the runner's: {line[:80]!r}"
+            continue
+        report.began |= "begin" in record
+        report.ended |= "end" in record
+        if "test" in record:
+            test_id = str(record["test"])
+            if test_id in report.statuses:
+                report.foreign = report.foreign or f"test {test_id} was reported twice"
+            report.statuses[test_id] = str(record.get("status"))
+        for key in ("tampered", "crash"):
+            if key in record:
+                report.events[key] = record[key]
+    return report
 
 
-async def _run(session: Session, argv: list[str]) -> ExecResult:
-    return await session.arun(argv, timeout_s=60)
+async def _patch(session: Session, diff: str, *, dry_run: bool = False) -> ExecResult:
+    argv = ["patch", "-p1", "--batch", "--forward", *(["--dry-run"] if dry_run else [])]
+    return await session.arun(argv, diff, timeout_s=60)
 
 
 def _share(results: dict[str, bool]) -> float:

@@ -4,9 +4,9 @@ Rows use the SWE-bench layout, which SWE-Gym and R2E-Gym share (field names read
 
 - ``instance_id``, ``repo``, ``base_commit``, ``problem_statement`` (the issue the agent sees);
 - ``FAIL_TO_PASS``, ``PASS_TO_PASS``: test ids, as a list or the JSON text of one (SWE-bench);
-- ``test_patch``: a unified diff that adds the grading tests, applied (``patch -p1``) to the
-  workspace after the episode, once the files it touches are put back as the base had them, so
-  an agent that edits or deletes tests cannot change what grades it; ``patch``: the gold fix (used
+- ``test_patch``: a unified diff that adds the grading tests, applied (``patch -p1``) to a fresh
+  copy of the base after the episode, with the agent's screened change (``grading.py``), so an
+  agent that edits or deletes tests cannot change what grades it; ``patch``: the gold fix (used
   by scripted checks, never shown to the policy);
 - ``image`` (or R2E's ``docker_image``): the image with the repository at ``workdir`` (docker).
 
@@ -14,11 +14,16 @@ Beyond SWE-bench, for repositories that travel with the row instead of in an ima
 
 - ``repo_snapshot``: the repository at its base: ``bundled:swe/repos/<name>.json`` (a JSON object
   ``{"files": {path: text}}``) or a host directory; copied into the workspace at ``workdir``;
-- ``test_cmd`` (default ``python3 -m unittest -v``), ``test_log_format`` (``unittest`` or
-  ``pytest``: how test ids are read from its output, ``grading.py``), ``workdir`` (default
-  ``/testbed``), ``setup_cmd`` (a shell command run after the copy; failing masks the episode).
+- ``test_framework`` (``unittest`` or ``pytest``; ``test_log_format`` is read as the same; default:
+  ``pytest`` when a test id holds ``::``, else ``unittest``): how the project's runner runs the
+  test ids (``module.Class.test`` for unittest, ``path::name`` node ids for pytest);
+- ``test_globs``: ``fnmatch`` patterns of the repository's test files and helpers, added to the
+  defaults of ``changes.TEST_GLOBS``: the grader owns them, the agent's edits to them are ignored;
+- ``workdir`` (default ``/testbed``), ``setup_cmd`` (a shell command run after the copy; failing
+  masks the episode).
 
-A row needs a ``repo_snapshot`` or an ``image``; it is read once per content (``RowCache``).
+``test_cmd`` (SWE-bench's per-repository command) is not used: the runner runs the test ids itself.
+A row needs a ``repo_snapshot`` or an ``image``.
 """
 
 from __future__ import annotations
@@ -32,8 +37,7 @@ from typing import Any
 from cascade_envs.core import TaskError
 from cascade_envs.data import BUNDLED, DataError, decode_json_field, resolve_path
 
-DEFAULT_TEST_CMD = "python3 -m unittest -v"
-LOG_FORMATS = ("unittest", "pytest")
+FRAMEWORKS = ("unittest", "pytest")
 MAX_SNAPSHOT_MB = 64
 
 
@@ -47,8 +51,8 @@ class SweTask:
     pass_to_pass: tuple[str, ...]
     test_patch: str
     patch: str
-    test_cmd: str
-    test_log_format: str
+    framework: str
+    test_globs: tuple[str, ...]
     workdir: str
     setup_cmd: str | None
     image: str | None
@@ -62,6 +66,11 @@ class SweTask:
     def patched_files(self) -> list[str]:
         """The paths ``test_patch`` touches (both sides of each file header)."""
         return diff_paths(self.test_patch)
+
+    @property
+    def tests(self) -> tuple[str, ...]:
+        """Every grading test id: FAIL_TO_PASS, then PASS_TO_PASS."""
+        return self.fail_to_pass + self.pass_to_pass
 
 
 def diff_paths(diff: str) -> list[str]:
@@ -88,9 +97,14 @@ def read_task(row: dict[str, Any]) -> SweTask:
     for path in diff_paths(test_patch):
         if path.startswith("/") or ".." in path.split("/"):
             raise TaskError(f"the diff touches {path!r}, outside the repository", "test_patch")
-    log_format = _text(row, "test_log_format", default="unittest")
-    if log_format not in LOG_FORMATS:
-        raise TaskError(f"expected one of {', '.join(LOG_FORMATS)}, got {log_format!r}", "test_log_format")
+    field = "test_framework" if row.get("test_framework") is not None else "test_log_format"
+    inferred = "pytest" if any("::" in t for t in fail_to_pass + pass_to_pass) else "unittest"
+    framework = _text(row, field, default=inferred)
+    if framework not in FRAMEWORKS:
+        raise TaskError(f"expected one of {', '.join(FRAMEWORKS)}, got {framework!r}", field)
+    globs = decode_json_field(row.get("test_globs") or [], "test_globs")
+    if not isinstance(globs, list) or not all(isinstance(g, str) and g.strip() for g in globs):
+        raise TaskError("expected a list of fnmatch patterns", "test_globs")
     workdir = _text(row, "workdir", default="/testbed")
     if not workdir.startswith("/") or os.path.normpath(workdir) in ("/", "/tmp", "/usr"):
         raise TaskError(f"expected an absolute directory of its own, got {workdir!r}", "workdir")
@@ -112,8 +126,8 @@ def read_task(row: dict[str, Any]) -> SweTask:
         pass_to_pass=pass_to_pass,
         test_patch=test_patch,
         patch=_text(row, "patch", default=""),
-        test_cmd=_text(row, "test_cmd", default=DEFAULT_TEST_CMD),
-        test_log_format=log_format,
+        framework=framework,
+        test_globs=tuple(globs),
         workdir=os.path.normpath(workdir),
         setup_cmd=setup,
         image=image,

@@ -124,10 +124,8 @@ def test_timeout_output_flood_and_fork_bomb_are_bounded(sandbox, repo):
         assert host_pids_of(sandbox.run_as, "bash", marker) == []
 
 
-def test_rm_rf_slash_is_contained_to_the_workspace(repo):
-    # bwrap only: the local backend's commands can write wherever their uid may (documented), so this
-    # attack is not run there.
-    sandbox = backend_or_skip("bwrap", **LIMITS)
+def test_rm_rf_slash_is_contained_to_the_workspace(sandbox, repo):
+    # local too: a local workspace sees the host read-only, with private temp dirs (sandbox/local.py)
     fd, marker = tempfile.mkstemp()
     os.close(fd)
     os.chmod(marker, 0o666)
@@ -146,6 +144,54 @@ def test_rm_rf_slash_is_contained_to_the_workspace(repo):
         assert os.path.exists(marker) and repo.joinpath("pkg", "mod.py").exists()
     finally:
         os.unlink(marker)
+
+
+def test_file_transfers_refuse_symlinks_and_special_files_promptly(sandbox, repo):
+    """The agent's own reads and writes never follow a link (in any component) nor block on a FIFO."""
+
+    async def go():
+        async with await sandbox.asession(workspace=Workspace(source=str(repo))) as s:
+            made = await s.arun(["bash", "-c", "mkfifo fifo && ln -s /etc/hostname link && ln -s /tmp dirlink && "
+                                               "ln -s pkg/mod.py inner"])
+            assert made.ok, made
+            start, errors = time.monotonic(), []
+            for op in (lambda: s.aread("fifo"), lambda: s.awrite({"fifo": "x"}), lambda: s.aread("link"),
+                       lambda: s.awrite({"link": "x"}), lambda: s.awrite({"dirlink/x": "x"}), lambda: s.aread("inner")):
+                with pytest.raises(SandboxError, match="agent error") as caught:
+                    await op()
+                errors.append(str(caught.value))
+            await s.awrite({"new/deep/file.txt": "ok"})
+            return time.monotonic() - start, errors, await s.aread("new/deep/file.txt"), s.lost
+
+    elapsed, errors, data, lost = run(go())
+    assert all("not a regular file" in e or "not a directory" in e for e in errors), errors
+    assert data == b"ok" and lost is None and elapsed < 10
+
+
+def test_local_workspaces_are_private_trees(repo, tmp_path):
+    """Siblings cannot see or touch each other; nothing reaches the host's temp dirs; hidden dirs are empty; capped."""
+    local = backend_or_skip("local", **LIMITS)
+    secret = tmp_path / "rows"
+    secret.mkdir()
+    (secret / "tasks.jsonl").write_text('{"patch": "the gold patch"}\n')
+    marker = unique_marker()
+    spec = Workspace(source=str(repo), hidden=(str(secret),), workdir_mb=4)
+
+    async def go():
+        async with await local.asession(workspace=spec) as first, await local.asession(workspace=spec) as second:
+            plant = await first.arun(["bash", "-c", f"echo {marker} > mine; for d in /tmp /var/tmp /dev/shm /run/lock; do "
+                                                    f"echo {marker} > $d/{marker} || exit 1; done"])
+            peek = await second.arun(["bash", "-c", f"cat {first.workdir}/mine; ls /tmp /var/tmp /dev/shm /run/lock; "
+                                                    f"ls -A {secret}; cat {secret}/tasks.jsonl; touch {repo}/x"])
+            fill = await first.arun(["bash", "-c", "head -c 8000000 /dev/zero > big"])
+            return plant, peek, fill
+
+    plant, peek, fill = run(go())
+    assert plant.ok, plant
+    assert marker not in peek.text and "gold patch" not in peek.text and not (repo / "x").exists(), peek
+    assert "No space left" in fill.text + fill.stderr.decode(), fill
+    for folder in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+        assert not os.path.exists(os.path.join(folder, marker))
 
 
 def test_workspace_cap_and_bad_sources(tmp_path):

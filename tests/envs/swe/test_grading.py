@@ -1,86 +1,164 @@
-"""Grading in a real workspace (bwrap): base 0, gold fix 1, tampered tests restored, failures masked."""
+"""Clean-room grading in real bwrap workspaces: base 0, gold fix 1 (unittest and pytest rows), the
+change screened, the runner's report trusted only when whole, failures masked only when not the agent's."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
-from cascade_envs.envs.swe.grading import check_test_patch, grade
+import pytest
+
+from cascade_envs.envs.swe.changes import manifest
+from cascade_envs.envs.swe.grading import grade, open_workspace, read_report
 from cascade_envs.envs.swe.task import read_task
+from cascade_envs.sandbox import SandboxError
+from tests.sandbox.conftest import backend_or_skip
 
-from .conftest import open_session, row
+from .conftest import LIMITS, row
+from .repos import make_row
 
 
-async def _graded(task, before: str | None = None, timeout_s: float = 60):
-    session = await open_session(task)
+def needs_pytest() -> None:
+    """The pytest rows need pytest in the sandbox's Python (``.ci/swe.sh`` installs python3-pytest)."""
+    sandbox = backend_or_skip("bwrap", **LIMITS)
+    if not sandbox.run(["python3", "-c", "import pytest"]).ok:
+        pytest.fail("pytest is not importable by the sandbox's python3: apt-get install python3-pytest")
+
+
+async def graded(task, agent: str | None = None, timeout_s: float = 60, sandbox=None):
+    """Set the task's workspace up, let ``agent`` (a shell script) act in it, grade it in a clean room."""
+    sandbox = sandbox or backend_or_skip("bwrap", **LIMITS)
+    session = await open_workspace(sandbox, task)
     try:
-        if before:
-            done = await session.arun(["bash", "-c", before], timeout_s=20)
+        base = await manifest(session, task)
+        if agent:
+            done = await session.arun(["bash", "-c", agent], timeout_s=20)
             assert done.ok, done
-        return await grade(session, task, timeout_s)
+        return await grade(sandbox, task, session, base, test_timeout_s=timeout_s)
     finally:
         await session.aclose()
 
 
-def gold(name: str) -> str:
-    return f"patch -p1 <<'EOF'\n{row(name)['patch']}EOF\n"
+def gold(patch: str) -> str:
+    return f"patch -p1 <<'EOF'\n{patch}EOF\n"
 
 
-def test_the_base_fails_and_the_gold_fix_passes(durations, inilite):
+@pytest.fixture
+def tally(tmp_path):
+    return make_row("tally", tmp_path / "tally")
+
+
+@pytest.fixture
+def semver(tmp_path):
+    needs_pytest()
+    return make_row("semverlite", tmp_path / "semverlite")
+
+
+def test_the_bundled_tasks_score_0_at_base_and_1_fixed(durations, inilite):
     for task, name in ((durations, "durations"), (inilite, "inilite")):
-        base = asyncio.run(_graded(task))
-        assert base.value == 0.0 and not base.masked, base
-        assert base.components["fail_to_pass"] == 0.0 and base.components["pass_to_pass"] == 1.0
-        fixed = asyncio.run(_graded(task, gold(name)))
+        base = asyncio.run(graded(task))
+        assert base.value == 0.0 and not base.masked and "no change to grade" in base.reason, base
+        fixed = asyncio.run(graded(task, gold(row(name)["patch"])))
         assert fixed.value == 1.0, fixed
+        assert fixed.components["files_changed"] == 1 and fixed.components["paths_ignored"] == 0
 
 
-def test_tests_the_agent_edits_or_deletes_are_put_back(inilite):
-    # the agent "passes" by gutting the failing tests, or by deleting the whole test folder
-    gutted = "sed -i 's/self.assertEqual/print/' tests/test_reader.py"
-    assert asyncio.run(_graded(inilite, gutted)).value == 0.0
-    assert asyncio.run(_graded(inilite, gold("inilite") + "rm tests/test_reader.py")).value == 1.0
-    # as in SWE-bench, only the files test_patch touches are put back: a deleted package breaks the run
-    assert asyncio.run(_graded(inilite, gold("inilite") + "rm -r tests")).value == 0.0
+@pytest.mark.parametrize("name", ["tally", "semverlite"])
+def test_unittest_and_pytest_rows_score_0_unfixed_and_1_fixed(name, tmp_path):
+    if name == "semverlite":
+        needs_pytest()
+    r = make_row(name, tmp_path / name)
+    task = read_task(r)
+    assert task.framework == ("pytest" if name == "semverlite" else "unittest")
+    wrong = asyncio.run(graded(task, "echo '# looked at it' >> README.md; echo x > notes.txt"))
+    assert wrong.value == 0.0 and not wrong.masked and "FAIL_TO_PASS still fail" in wrong.reason, wrong
+    assert wrong.components["fail_to_pass"] == 0.0 and wrong.components["pass_to_pass"] == 1.0
+    fixed = asyncio.run(graded(task, gold(r["patch"])))
+    assert fixed.value == 1.0 and fixed.components["resolved"] == 1, fixed
 
 
-def test_a_wiped_workspace_scores_zero_not_masked(durations):
-    reward = asyncio.run(_graded(durations, "rm -rf /testbed/* /testbed/.[!.]* 2>/dev/null; true"))
+def test_a_fix_plus_test_edits_is_graded_on_the_fix_alone(tally):
+    # the agent fixes the bug and also rewrites tests: the edits are ignored, the fix still counts
+    edits = "sed -i 's/assertEqual/assertTrue/' tests/helpers.py; echo 'import os' > tests/test_new.py"
+    reward = asyncio.run(graded(read_task(tally), gold(tally["patch"]) + edits))
+    assert reward.value == 1.0, reward
+    assert "2 path(s) ignored" in reward.reason and "tests/helpers.py: a test file" in reward.reason
+
+
+def test_a_change_only_to_ignored_paths_is_a_plain_zero(tally):
+    reward = asyncio.run(graded(read_task(tally), "echo 'pass' > conftest.py; mkdir -p .local; touch .local/x.pth"))
     assert reward.value == 0.0 and not reward.masked
+    assert "no change to grade" in reward.reason and "conftest.py: a test-runner or interpreter hook file" in reward.reason
+
+
+def test_deleting_the_package_scores_zero(tally):
+    reward = asyncio.run(graded(read_task(tally), "rm -r tally"))
+    assert reward.value == 0.0 and not reward.masked and "FAIL_TO_PASS still fail" in reward.reason
 
 
 def test_a_hanging_test_run_is_zero_with_the_reason(durations):
     hang = "echo 'import time; time.sleep(60)' >> durations/__init__.py"
-    reward = asyncio.run(_graded(durations, hang, timeout_s=2))
-    assert reward.value == 0.0 and not reward.masked and "killed (timeout)" in reward.reason
+    reward = asyncio.run(graded(durations, hang, timeout_s=2))
+    assert reward.value == 0.0 and not reward.masked and "killed (timeout)" in reward.reason, reward
 
 
-def test_a_test_patch_that_does_not_apply_is_caught_at_setup(durations):
-    """Checked on the fresh workspace (the env masks the episode then); at grading it is the agent's doing."""
+def test_a_test_patch_that_does_not_apply_fails_the_setup(durations):
     task = read_task({**row("durations"), "test_patch": row("inilite")["test_patch"].replace("test_reader", "test_parse")})
-
-    async def go():
-        session = await open_session(task)
-        try:
-            return await check_test_patch(session, task), await check_test_patch(session, durations)
-        finally:
-            await session.aclose()
-
-    bad, good = asyncio.run(go())
-    assert bad is not None and "test_patch does not apply" in bad and good is None
-
-
-def test_a_workspace_the_agent_left_unable_to_take_the_tests_scores_zero(durations):
-    # the agent fills its disk and locks the test folder, hoping the grading fails and the sample is masked
-    fill = "chmod -R a-w tests; cat /dev/zero > /testbed/filler 2>/dev/null; true"
-    reward = asyncio.run(_graded(durations, fill))
-    assert reward.value == 0.0 and not reward.masked, reward
+    with pytest.raises(SandboxError, match="test_patch does not apply"):
+        asyncio.run(graded(task))
 
 
 def test_a_lost_sandbox_masks(durations):
     async def go():
-        session = await open_session(durations)
+        sandbox = backend_or_skip("bwrap", **LIMITS)
+        session = await open_workspace(sandbox, durations)
+        base = await manifest(session, durations)
         await session.aclose()
-        return await grade(session, durations)
+        return await grade(sandbox, durations, session, base)
 
     reward = asyncio.run(go())
-    assert reward.masked, reward
+    assert reward.masked and "could not be read" in reward.error, reward
+
+
+def test_a_runner_that_cannot_start_masks(durations, monkeypatch):
+    """A failure before any repository code ran (here: no python3 for the runner) is not the agent's."""
+    import cascade_envs.envs.swe.grading as grading
+
+    monkeypatch.setattr(grading, "RUNNER_ARGV", ["python3-missing", *grading.RUNNER_ARGV[1:]])
+    reward = asyncio.run(graded(durations, gold(row("durations")["patch"])))
+    assert reward.masked and "python3-missing" in reward.error, reward
+
+
+NONCE = "n0nce"
+
+
+@pytest.mark.parametrize(("lines", "why"), [
+    ([], "did not start"),
+    (['n0nce {"test": "a", "status": "PASSED"}'], "did not start"),
+    (['n0nce {"begin": "x"}', 'PASSED a', 'n0nce {"end": 1}'], "not the runner's"),
+    (['n0nce {"begin": "x"}', 'other {"test": "a", "status": "PASSED"}', 'n0nce {"end": 1}'], "not the runner's"),
+    (['n0nce {"begin": "x"}', 'n0nce {"test": "a", "status": "FAILED"}', 'n0nce {"test": "a", "status": "PASSED"}',
+      'n0nce {"end": 1}'], "reported twice"),
+    (['n0nce {"begin": "x"}', 'n0nce {"end": 0}', 'n0nce {"test": "a", "status": "PASSED"}'], "not the runner's"),
+    (['n0nce {"begin": "x"}', 'n0nce {"test": "a", "status": "PASSED"}'], "ended before"),
+    (['n0nce {"begin": "x"}', 'n0nce {"tampered": ["changed: x"]}', 'n0nce {"end": 0}'], "tampered"),
+])
+def test_the_report_is_trusted_only_when_whole(lines, why):
+    from cascade_envs.envs.swe.grading import judge_run
+    from cascade_envs.sandbox import ExecResult
+
+    task = read_task({**row("durations"), "FAIL_TO_PASS": ["a"], "PASS_TO_PASS": []})
+    reward = judge_run(task, ExecResult(0, ("\n".join(lines) + "\n").encode()), NONCE)
+    assert reward.value == 0.0 and why in (reward.error or reward.reason), reward
+    assert reward.masked == (why == "did not start")
+
+
+def test_a_whole_report_gives_the_verdict():
+    report = read_report(b'n0nce {"begin": "x"}\nn0nce {"test": "a", "status": "XFAIL"}\nn0nce {"end": 1}\n', NONCE)
+    assert report.began and report.ended and report.statuses == {"a": "XFAIL"} and not report.foreign
+
+
+def test_the_host_repo_of_a_host_directory_row_is_copied_not_mounted(tally):
+    # an agent that writes through to the host copy of its repository would change the base for everyone
+    asyncio.run(graded(read_task(tally), "echo hacked > tally/core.py"))
+    assert "hacked" not in (Path(tally["repo_snapshot"]) / "tally" / "core.py").read_text()

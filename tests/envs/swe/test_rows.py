@@ -1,13 +1,15 @@
-"""SWE rows (SWE-bench layout) and the test-log parsers: no sandbox, no SDK."""
+"""SWE rows (SWE-bench layout), the verdict and the change screen: no sandbox, no SDK."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
 from cascade_envs.core import TaskError
-from cascade_envs.envs.swe.grading import PASSED, parse_pytest, parse_unittest, verdict
+from cascade_envs.envs.swe.changes import Entry, screen
+from cascade_envs.envs.swe.grading import verdict
 from cascade_envs.envs.swe.task import diff_paths, read_task
 
 from .conftest import bundled_rows, row
@@ -36,7 +38,10 @@ def test_test_lists_may_be_lists_or_json_text():
     ({"FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"),
     ({"FAIL_TO_PASS": "[not json"}, "FAIL_TO_PASS"),
     ({"PASS_TO_PASS": [1, 2]}, "PASS_TO_PASS"),
-    ({"test_log_format": "tap"}, "test_log_format"),
+    ({"test_framework": None, "test_log_format": "tap"}, "test_log_format"),
+    ({"test_framework": "nose"}, "test_framework"),
+    ({"test_globs": "tests/*"}, "test_globs"),
+    ({"test_globs": [""]}, "test_globs"),
     ({"workdir": "testbed"}, "workdir"),
     ({"workdir": "/"}, "workdir"),
     ({"repo_snapshot": "bundled:swe/repos/missing.json"}, "repo_snapshot"),
@@ -57,28 +62,16 @@ def test_a_row_may_name_a_host_directory(tmp_path):
     assert task.files is None and task.source == str(tmp_path)
 
 
-UNITTEST_LOG = """test_a (tests.test_x.T.test_a) ... ok
-test_b (tests.test_x.T.test_b) ... FAIL
-test_c (tests.test_x.T)
-A docstring line ... ERROR
-test_d (tests.test_x.T.test_d) ... skipped 'later'
-test_e (tests.test_x.T.test_e) ... expected failure
-"""
+def test_the_framework_is_named_or_inferred_from_the_ids():
+    assert read_task(row("durations")).framework == "unittest"
+    pytest_ids = {"FAIL_TO_PASS": ["tests/test_a.py::test_x[1-2]"], "PASS_TO_PASS": []}
+    assert read_task({**row("durations"), **pytest_ids, "test_framework": None}).framework == "pytest"
+    assert read_task({**row("durations"), "test_framework": "pytest"}).framework == "pytest"
+    swe_bench = {k: v for k, v in row("durations").items() if k not in ("test_framework", "test_log_format", "test_cmd")}
+    assert read_task({**swe_bench, "test_cmd": "pytest -rA"}).framework == "unittest"  # test_cmd is not used
 
 
-def test_unittest_log_parser_reads_both_id_styles_and_docstrings():
-    statuses = parse_unittest(UNITTEST_LOG)
-    assert statuses == {"tests.test_x.T.test_a": PASSED, "tests.test_x.T.test_b": "FAILED",
-                        "tests.test_x.T.test_c": "FAILED", "tests.test_x.T.test_d": "FAILED",
-                        "tests.test_x.T.test_e": PASSED}
-
-
-def test_pytest_log_parser_reads_the_short_summary():
-    log = "PASSED tests/a.py::test_one\nFAILED tests/a.py::test_two - assert 1 == 2\nERROR tests/b.py::test_three\n"
-    assert parse_pytest(log) == {"tests/a.py::test_one": PASSED, "tests/a.py::test_two": "FAILED",
-                                 "tests/b.py::test_three": "FAILED"}
-
-
+PASSED = "PASSED"
 def test_verdict_follows_swe_bench_rules(durations):
     everything = {t: PASSED for t in (*durations.fail_to_pass, *durations.pass_to_pass)}
     assert verdict(durations, everything).reward().value == 1.0
@@ -90,3 +83,63 @@ def test_verdict_follows_swe_bench_rules(durations):
     reward = verdict(durations, broken).reward()
     assert reward.value == 0.0 and "PASS_TO_PASS now fail" in reward.reason
     assert reward.components["pass_to_pass"] == pytest.approx(5 / 6)
+
+
+def file(text: str, mode: int = 0o644) -> Entry:
+    data = text.encode()
+    return Entry("file", mode, sha=hashlib.sha256(data).digest(), data=data)
+
+
+def test_the_screen_keeps_source_changes_and_drops_what_a_fix_never_holds(durations):
+    base = {"durations/core.py": file("old"), "durations/__init__.py": file("init"), "tests/test_parse.py": file("t"),
+            "tests/helper.py": file("h"), "setup.cfg": file("[x]"), "README.md": file("r")}
+    now = {**base,
+           "durations/core.py": file("new"),                          # kept: the fix
+           "durations/extra.py": file("more", 0o755),                 # kept: a new module inside the package
+           "NOTES.md": file("notes"),                                  # kept: a new top-level non-module
+           "tests/test_parse.py": file("gutted"),                     # the test patch's file
+           "tests/helper.py": file("hacked"),                         # a test helper
+           "durations/tests/test_new.py": file("x"),                   # a new test file
+           "durations/conftest.py": file("x"), "setup.cfg": file("[y]"), "durations/x.pth": file("x"),  # hooks
+           "durations/fast.pyc": file("x"), "durations/blob.txt": file("a\0b"),   # compiled, binary
+           "argparse.py": file("x"), "unittest/__init__.py": file("x"),           # new top-level modules
+           "durations/link": Entry("link"), "durations/fifo": Entry("other"),     # special files
+           "durations/locked.py": Entry("file", error="Permission denied"),
+           "durations/huge.py": Entry("file", big=True), "bad\udcff.py": file("x")}
+    del now["README.md"], now["durations/__init__.py"]
+    change = screen(base, now, durations)
+    assert set(change.written) == {"durations/core.py", "durations/extra.py", "NOTES.md"}
+    assert change.written["durations/extra.py"].mode == 0o755 and change.written["durations/core.py"].data == b"new"
+    assert set(change.deleted) == {"README.md", "durations/__init__.py"}
+    why = change.ignored
+    assert why["tests/test_parse.py"] == "a file of the test patch" and why["tests/helper.py"] == "a test file"
+    assert why["durations/tests/test_new.py"] == "a test file"
+    assert {why[p] for p in ("durations/conftest.py", "setup.cfg", "durations/x.pth")} == {
+        "a test-runner or interpreter hook file"}
+    assert why["durations/fast.pyc"] == why["durations/blob.txt"] == "a compiled or binary file"
+    assert why["argparse.py"] == why["unittest/__init__.py"] == "a new top-level module or package"
+    assert why["durations/link"] == "a symbolic link" and why["durations/fifo"] == "not a regular file"
+    assert why["durations/locked.py"].startswith("unreadable") and why["durations/huge.py"].startswith("larger than")
+    assert why["bad\udcff.py"] == "a name that is not UTF-8"
+
+
+def test_deleting_tests_is_ignored_and_row_globs_add_to_the_defaults(durations):
+    base = {"tests/test_parse.py": file("t"), "spec/check_core.py": file("c"), "durations/core.py": file("c")}
+    custom = read_task({**row("durations"), "test_globs": ["spec/*"]})
+    change = screen(base, {"durations/core.py": file("c")}, custom)
+    assert change.deleted == () and set(change.ignored) == {"tests/test_parse.py", "spec/check_core.py"}
+    assert change.empty and change.ignored["spec/check_core.py"] == "deleting a test file"
+    assert screen(base, {"tests/test_parse.py": file("t"), "durations/core.py": file("c")}, durations).deleted == (
+        "spec/check_core.py",)
+
+
+def test_public_swe_bench_rows_load_with_an_image(shared_data):
+    """NeMo Gym's SWE-bench rows (shared reference data): pytest ids, graded by the pytest runner."""
+    path = shared_data / "nemo-gym-rows" / "swebench" / "example.jsonl"
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        task = read_task({**r, "image": f"swebench/sweb.eval.x86_64.{r['instance_id']}"})
+        assert task.framework == "pytest" and task.files is None and task.image
+        assert task.patched_files and all("/tests/" in p for p in task.patched_files)
+        with pytest.raises(TaskError, match="needs a repository"):
+            read_task(r)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import glob
 import importlib.util
+import json
 import os
 import tempfile
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from cascade_envs.core import Completion
+from cascade_envs.data import resolve_path
 from cascade_envs.envs.swe.env import SweEnv
 from cascade_envs.policy import ContextOverflowError
 from cascade_envs.rollout import RolloutRunner
@@ -164,16 +166,29 @@ def test_calls_after_finish_do_not_run(env):
     assert "the episode finished; 1 more call(s) were not run" in episode.messages[-1]["content"]
 
 
-def test_local_workspace_runs_the_same_episode(env):
+def test_local_is_refused_unless_named_unsafe():
     local = backend_or_skip("local", **LIMITS)
-    made = SweEnv(sandbox=local, command_timeout_s=10)
+    with pytest.raises(ValueError, match=r"refuses the 'local' sandbox.*allow_unsafe_local=True"):
+        SweEnv(sandbox=local)
+
+
+def test_local_workspace_runs_the_same_episode_without_reach_to_the_rows(env, tmp_path):
+    local = backend_or_skip("local", **LIMITS)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(row("durations")) + "\n")
+    made = SweEnv(str(tasks), sandbox=local, command_timeout_s=10, allow_unsafe_local=True)
+    bundled = os.path.dirname(str(resolve_path("bundled:swe/tasks.jsonl")))
+    snoop = call("terminal", command=f"cat {tasks} {bundled}/tasks.jsonl 2>&1 | grep -c parse_duration; "
+                                     f"echo hi > /testbed-escape 2>&1; ls {tmp_path}")
     try:
-        (episode,) = play(made, [row("durations")], [call("terminal", command="pwd"), *fix_calls("durations"), FINISH])
+        (episode,) = play(made, [row("durations")], [call("terminal", command="pwd"), snoop, *fix_calls("durations"),
+                                                      FINISH])
     finally:
         made.close()
     assert episode.reward.value == 1.0, episode.reward
     workdir = episode.messages[3]["content"].splitlines()[0]
     assert workdir.startswith(tempfile.gettempdir()) and workdir in episode.messages[1]["content"]
+    assert episode.messages[5]["content"].startswith("0\n"), episode.messages[5]["content"]  # the rows are hidden
 
 
 def test_nothing_is_left_behind(env, private_tempdir):
