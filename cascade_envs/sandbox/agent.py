@@ -5,6 +5,9 @@ inside the isolation a backend provides, and serves requests on its stdin/stdout
 
 - ``{"op": "write", "files": {path: (data, mode)}}`` writes files under the work dir;
 - ``{"op": "read", "path": p, "limit": n}`` reads a file back (e.g. a compiled binary);
+  both walk the path one directory at a time without following a symlink, open the file
+  non-blocking and refuse anything but a regular file, so a link planted by a command cannot
+  redirect them and a FIFO cannot stall them;
 - ``{"op": "run", "argv": [...], "stdin": b"...", "timeout_s": t, "memory_mb": m, ...}`` runs one
   command with rlimits, a wall-clock deadline and capped output.
 

@@ -11,7 +11,8 @@ special files) against the base's list taken at setup, and keeps only what a fix
 - never test files: those ``test_patch`` touches (and any path in the way of one), and those
   matching the default test globs (``TEST_GLOBS``) or the row's own ``test_globs``;
 - never interpreter or test-runner hook files (``HOOK_FILES``: ``conftest.py``, pytest, tox,
-  setup and pyproject configuration, ``sitecustomize``/``usercustomize``, ``*.pth``);
+  setup and pyproject configuration, ``sitecustomize``/``usercustomize``, ``*.pth``, and package
+  metadata in ``*.egg-info``/``*.dist-info``, whose entry points can load a pytest plugin);
 - never compiled or binary files (``COMPILED``, or a NUL byte in the content);
 - never a new top-level module or package (a name at the repository root that the base does not
   have), which could shadow the standard library or an installed package;
@@ -40,11 +41,14 @@ from .task import SweTask
 PRUNE = ("__pycache__",)
 """Directory and file names never listed (with every name that starts with ``.``)."""
 TEST_GLOBS = ("test/*", "tests/*", "testing/*", "*/test/*", "*/tests/*", "*/testing/*", "test_*.py", "*/test_*.py",
-              "*_test.py", "*_tests.py", "tests.py", "*/tests.py")
+              "*_test.py", "*_tests.py", "tests.py", "*/tests.py", "testing.py", "*/testing.py", "*/_testing.py",
+              "*/testutils.py", "*/_testutils.py")
 """Paths of test files and helpers (``fnmatch``, whose ``*`` also matches ``/``)."""
 HOOK_FILES = ("conftest.py", "pytest.ini", "pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml", "setup.py",
               "noxfile.py", "sitecustomize.py", "usercustomize.py")
 HOOK_SUFFIXES = (".pth",)
+METADATA_SUFFIXES = (".egg-info", ".dist-info")
+"""Folders of package metadata: their entry points can load a pytest plugin."""
 COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib", ".o", ".a", ".egg", ".whl")
 MODULE_SUFFIXES = (".py", ".so", ".pyd", ".pyc")
 MAX_ENTRIES = 100_000
@@ -172,7 +176,8 @@ def _protected(path: str, task: SweTask) -> str | None:
     if any(fnmatchcase(path, glob) for glob in (*TEST_GLOBS, *task.test_globs)):
         return "a test file"
     name = posixpath.basename(path)
-    if name in HOOK_FILES or name.endswith(HOOK_SUFFIXES):
+    if name in HOOK_FILES or name.endswith(HOOK_SUFFIXES) or any(
+            part.endswith(METADATA_SUFFIXES) for part in path.split("/")[:-1]):
         return "a test-runner or interpreter hook file"
     return None
 

@@ -132,12 +132,12 @@ async def grade(sandbox: Sandbox, task: SweTask, session: Session, base: Manifes
 async def _grade_in(room: Session, task: SweTask, change: Change, timeout_s: float) -> Reward:
     """Apply ``change`` and the test patch in the fresh workspace ``room``, run the tests, score them."""
     try:
-        if change.written:
-            await room.awrite(change.written)
-        if change.deleted:
+        if change.deleted:  # first: a deleted file may be where the change puts a directory
             gone = await room.arun(["xargs", "-0", "-r", "rm", "-f", "--"], "\0".join(change.deleted), timeout_s=60)
             if not gone.ok:
                 raise SandboxError(f"removing deleted files: {gone.describe()}")
+        if change.written:
+            await room.awrite(change.written)
     except SandboxError as exc:
         if room.lost:
             return Reward.failed(f"the clean room was lost: {exc}")

@@ -30,7 +30,7 @@ def top_words(text, n):
     """The ``n`` most frequent words, ties in alphabetical order."""
     return sorted(count_words(text).items(), key=lambda item: (-item[1], item[0]))[:n]
 ''',
-    "tally/testing.py": '''"""Test support shipped with the package."""
+    "tally/checks.py": '''"""Test support shipped with the package."""
 
 import unittest
 
@@ -44,7 +44,7 @@ class TestCase(unittest.TestCase):
     case.assertEqual(dict(got), dict(expected))
 ''',
     "tests/test_core.py": '''from tally import count_words, top_words
-from tally.testing import TestCase
+from tally.checks import TestCase
 
 from .helpers import assert_counts
 

@@ -91,7 +91,7 @@ UNITTEST_ATTACKS = {
     "            os.write(o.fd, (o.nonce + ' ' + json.dumps({'test': t, 'status': 'PASSED'}) + '\\n').encode())\n"
     "        o.test = lambda *a, **k: None\n"
     "CASCADE_EOF\n",
-    "the package's test base class": "cat >> tally/testing.py <<'CASCADE_EOF'\n"
+    "the package's test base class": "cat >> tally/checks.py <<'CASCADE_EOF'\n"
     "    def run(self, result=None):\n        result.startTest(self); result.addSuccess(self); result.stopTest(self)\n"
     "CASCADE_EOF\n",
     "wrap stderr from the package": "cat >> tally/__init__.py <<'CASCADE_EOF'\nimport sys\n"

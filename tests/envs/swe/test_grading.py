@@ -162,3 +162,10 @@ def test_the_host_repo_of_a_host_directory_row_is_copied_not_mounted(tally):
     # an agent that writes through to the host copy of its repository would change the base for everyone
     asyncio.run(graded(read_task(tally), "echo hacked > tally/core.py"))
     assert "hacked" not in (Path(tally["repo_snapshot"]) / "tally" / "core.py").read_text()
+
+
+def test_a_fix_that_turns_a_module_into_a_package_scores_1(tally):
+    refactor = (gold(tally["patch"]) + "mkdir tally/core && git mv 2>/dev/null; mv tally/core.py tally/core/__init__.py && "
+                "printf 'VERSION = 2\\n' > tally/core/extra.py")
+    reward = asyncio.run(graded(read_task(tally), refactor))
+    assert reward.value == 1.0 and reward.components["files_changed"] == 3, reward

@@ -101,6 +101,7 @@ def test_the_screen_keeps_source_changes_and_drops_what_a_fix_never_holds(durati
            "tests/helper.py": file("hacked"),                         # a test helper
            "durations/tests/test_new.py": file("x"),                   # a new test file
            "durations/conftest.py": file("x"), "setup.cfg": file("[y]"), "durations/x.pth": file("x"),  # hooks
+           "durations.egg-info/entry_points.txt": file("[pytest11]\nx = durations.hack\n"),
            "durations/fast.pyc": file("x"), "durations/blob.txt": file("a\0b"),   # compiled, binary
            "argparse.py": file("x"), "unittest/__init__.py": file("x"),           # new top-level modules
            "durations/link": Entry("link"), "durations/fifo": Entry("other"),     # special files
@@ -114,7 +115,8 @@ def test_the_screen_keeps_source_changes_and_drops_what_a_fix_never_holds(durati
     why = change.ignored
     assert why["tests/test_parse.py"] == "a file of the test patch" and why["tests/helper.py"] == "a test file"
     assert why["durations/tests/test_new.py"] == "a test file"
-    assert {why[p] for p in ("durations/conftest.py", "setup.cfg", "durations/x.pth")} == {
+    assert {why[p] for p in ("durations/conftest.py", "setup.cfg", "durations/x.pth",
+                             "durations.egg-info/entry_points.txt")} == {
         "a test-runner or interpreter hook file"}
     assert why["durations/fast.pyc"] == why["durations/blob.txt"] == "a compiled or binary file"
     assert why["argparse.py"] == why["unittest/__init__.py"] == "a new top-level module or package"
