@@ -15,6 +15,7 @@ THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 EMPTY_THINK = f"{THINK_OPEN}{THINK_CLOSE}"
 _OPEN_RE = re.compile(r"^\s*<think>", re.IGNORECASE)
+_CLOSE_RE = re.compile(r"</think>", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -29,14 +30,15 @@ class Split:
 def split_reasoning(text: str) -> Split:
     """Split ``<think>…</think>`` off the front of ``text``.
 
-    Chat templates often put the opening tag in the prompt, so a closing tag without an opening
-    one also ends the reasoning. An opening tag with no closing tag is an unterminated block: the
-    whole text is reasoning and there is no answer.
+    Both tags match in any letter case (``<THINK>…</Think>`` is a think block too). Chat templates
+    often put the opening tag in the prompt, so a closing tag without an opening one also ends the
+    reasoning. An opening tag with no closing tag is an unterminated block: the whole text is
+    reasoning and there is no answer.
     """
-    close = text.find(THINK_CLOSE)
-    if close >= 0:
-        reasoning = _OPEN_RE.sub("", text[:close], count=1)
-        return Split(reasoning.strip(), text[close + len(THINK_CLOSE) :].strip())
+    close = _CLOSE_RE.search(text)
+    if close:
+        reasoning = _OPEN_RE.sub("", text[: close.start()], count=1)
+        return Split(reasoning.strip(), text[close.end() :].strip())
     match = _OPEN_RE.match(text)
     if match:
         return Split(text[match.end() :].strip(), "", unterminated=True)

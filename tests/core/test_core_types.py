@@ -54,6 +54,11 @@ def test_spaces():
         ("", "", "", False),
         ("<think></think>", "", "", False),
         ("x <think>late</think> y", "x <think>late", "y", False),
+        # both tags match in any letter case
+        ("<THINK>a</THINK>\\boxed{32}", "a", "\\boxed{32}", False),
+        ("<Think>a</tHiNk>B", "a", "B", False),
+        ("a</THINK>B", "a", "B", False),
+        ("<THINK>never closed", "never closed", "", True),
     ],
 )
 def test_split_reasoning(text, reasoning, answer, unterminated):
