@@ -13,9 +13,10 @@ It plays the env the way the runner and the trainer do and asserts the contracts
   raise ``TaskError``, naming the field where you say which;
 - the good answer earns a positive, unmasked reward (through ``step`` and through the runner); the
   bad answer, if given, a plain 0;
-- malformed answers — empty, several megabytes, invalid UTF-8, an unterminated ``<think>``, a
-  generation cut at the length limit — score a clear, unmasked 0 within ``time_limit_s``: a model
-  can neither earn reward with no answer nor turn a wrong answer into a masked one;
+- malformed answers — empty, whitespace, zero-width or other invisible characters only, several
+  megabytes, invalid UTF-8, an unterminated ``<think>``, a generation cut at the length limit —
+  score a clear, unmasked 0 within ``time_limit_s``: a model can neither earn reward with no
+  answer nor turn a wrong answer into a masked one;
 - a masked reward carries an error, a zero carries no error, and they are told apart;
 - where the env has no group hook, scoring a group gives what scoring each answer alone gives.
 
@@ -37,6 +38,8 @@ T = TypeVar("T")
 MALFORMED_ANSWERS: dict[str, Any] = {
     "empty": "",
     "whitespace": " \n\t ",
+    "zero-width": "\u200b\u200c\u200d\u2060\ufeff",
+    "invisible": "<think>42</think>\u00a0\u3000\u2028\u00ad\u202e\u3164\u2800\U000e0041",
     "several megabytes": "x" * (3 * 1024 * 1024),
     "invalid UTF-8": b"\xff\xfe\xfa not text \xc3\x28",
     "unterminated think": "<think>I will answer soon",

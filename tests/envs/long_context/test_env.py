@@ -20,6 +20,7 @@ from cascade_envs.envs.long_context.env import MAX_INPUT_TOKENS, LongContextQAEn
 from cascade_envs.envs.long_context.prompt import fence_tag
 from cascade_envs.envs.long_context.tokens import CharEstimate, TokenizerCounter, estimate_tokens
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
+from cascade_envs.reasoning import NO_ANSWER
 from cascade_envs.testing import check_env
 from tests.envs.long_context.matching import MatchingJudge
 from tests.judges.scripted_server import ScriptedChatServer, Step
@@ -171,6 +172,10 @@ def test_no_judge_configured_says_how_to_start_one(monkeypatch: pytest.MonkeyPat
     ("  \n", "no final answer"),
     ("<think>Alder Creek Pump Station, 31 hours.</think>", "no final answer"),
     ("<think>Alder Creek Pump Station, 31 hours.</think>\n\n  ", "no final answer"),
+    ("\u200b", NO_ANSWER),
+    ("\u200b\u200c\u200d\u2060\ufeff", NO_ANSWER),
+    ("<think>Alder Creek Pump Station, 31 hours.</think>\u3164\u2800\u00a0\u00ad\u202e", NO_ANSWER),
+    ("<THINK>Alder Creek Pump Station, 31 hours.</THINK>", NO_ANSWER),
     ("<think>Alder Creek Pump Station, 31 hours", "never closed"),
     (Completion("<think>done</think>Alder Creek Pump Sta", finish_reason="length"), "maximum length"),
     ("Alder Creek Pump Station. " * 1000, "verifier limit"),
