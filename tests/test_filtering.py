@@ -30,7 +30,7 @@ from cascade_envs.filtering import (
 )
 from cascade_envs.judges import JUDGE_URL_ENV
 from cascade_envs.policy import PolicyError, SamplingParams
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from tests.chat_server import ScriptedChatServer, Step
 
 MCQA = "cascade/MCQA-v0"
 OPTIONS = [{"A": "alpha"}, {"B": "beta"}, {"C": "gamma"}, {"D": "delta"}]

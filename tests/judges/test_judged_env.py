@@ -25,7 +25,7 @@ from cascade_envs.judges import (
     make_judge,
 )
 from cascade_envs.registry import Spec, UnknownIdError, envs, judges, sync_gymnasium
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from tests.chat_server import ScriptedChatServer, Step
 
 VERDICT = re.compile(r"VERDICT:\s*(yes|no)\b", re.IGNORECASE)
 

@@ -20,10 +20,10 @@ from cascade_envs.envs.agentless.similarity import normalized_change, similarity
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER
 from cascade_envs.testing import check_env
+from tests.chat_server import ScriptedChatServer, Step
 from tests.envs.agentless.reference_judge import FIX as REFERENCE_FIX
 from tests.envs.agentless.reference_judge import WRONG_FIX as WRONG
 from tests.envs.agentless.reference_judge import ReferenceJudge
-from tests.judges.scripted_server import ScriptedChatServer, Step
 
 SAMPLES = [json.loads(line) for line in resolve_path("bundled:agentless/samples.jsonl").open(encoding="utf-8")]
 ROW = SAMPLES[0]  # warehouse: `>=` should be `>`

@@ -1,7 +1,7 @@
 """Scripted GenRM judges for the tests: a rubric judge for "Which is larger, 9.11 or 9.9?".
 
 ``RubricJudge`` answers in-process (a ``Judge`` object); ``rubric_step`` is the rubric's answer as a
-``Step`` of ``tests.judges.scripted_server.ScriptedChatServer`` (a real local HTTP server), which a
+``Step`` of ``tests.chat_server.ScriptedChatServer`` (a real local HTTP server), which a
 test's script replaces with 5xx, latency, garbage bodies or unparseable replies where it says so.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.judges.scripted_server import Step
+from tests.chat_server import Step
 
 QUESTION = "Which is larger, 9.11 or 9.9? Answer briefly."
 ROW = {"id": "larger", "responses_create_params": {"input": [{"role": "user", "content": QUESTION}]}}

@@ -16,7 +16,7 @@ from cascade_envs.envs.genrm.env import GenRMEnv
 from cascade_envs.judges import HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER, split_reasoning
 from cascade_envs.testing import check_env
-from tests.judges.scripted_server import ScriptedChatServer, Step, StepScript
+from tests.chat_server import ScriptedChatServer, Step, StepScript
 
 from .scripted import QUESTION, RIGHT, RIGHT_LONG, ROW, WRONG, RubricJudge, responses_of, rubric_step
 

@@ -16,7 +16,7 @@ import pytest
 
 from cascade_envs.env import run_sync
 from cascade_envs.envs.genrm.env import GenRMEnv
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from tests.chat_server import ScriptedChatServer, Step
 
 from .scripted import RubricJudge, responses_of
 

@@ -22,8 +22,8 @@ from cascade_envs.envs.long_context.tokens import CharEstimate, TokenizerCounter
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER
 from cascade_envs.testing import check_env
+from tests.chat_server import ScriptedChatServer, Step
 from tests.envs.long_context.matching import MatchingJudge
-from tests.judges.scripted_server import ScriptedChatServer, Step
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOLLM2 = Path.home() / ".cache" / "cascade-envs" / "models" / "smollm2-135m-instruct"
