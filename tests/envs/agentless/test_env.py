@@ -19,11 +19,11 @@ from cascade_envs.envs.agentless.prompt import JUDGE_SYSTEM
 from cascade_envs.envs.agentless.similarity import normalized_change, similarity_reward
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER
-from cascade_envs.testing import check_env
+from cascade_envs.testing import ScriptedJudge, check_env
 from tests.chat_server import ScriptedChatServer, Step
 from tests.envs.agentless.reference_judge import FIX as REFERENCE_FIX
 from tests.envs.agentless.reference_judge import WRONG_FIX as WRONG
-from tests.envs.agentless.reference_judge import ReferenceJudge
+from tests.envs.agentless.reference_judge import reference_verdict
 
 SAMPLES = [json.loads(line) for line in resolve_path("bundled:agentless/samples.jsonl").open(encoding="utf-8")]
 ROW = SAMPLES[0]  # warehouse: `>=` should be `>`
@@ -156,14 +156,14 @@ def test_no_judge_configured_says_how_to_start_one():
 
 def test_the_registered_conformance_case_passes():
     # the case tests/test_conformance.py runs for cascade/AgentlessRepair-v0
-    judge = ReferenceJudge()
+    judge = ScriptedJudge(reference_verdict)
     env = AgentlessRepairEnv(judge_url=judge)
     try:
         check_env(env, ROW, REFERENCE_FIX, bad_answer=WRONG,
                   bad_rows=[({**ROW, "gold_files": []}, "gold_files"), ({**ROW, "patch": "nonsense"}, "patch")])
     finally:
         env.close()
-    assert judge.calls > 0
+    assert judge.calls
 
 
 def test_the_judge_env_passes_the_conformance_check_over_http(server: ScriptedChatServer):

@@ -15,10 +15,10 @@ from cascade_envs.env import run_sync
 from cascade_envs.envs.genrm.env import GenRMEnv
 from cascade_envs.judges import HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER, split_reasoning
-from cascade_envs.testing import check_env
+from cascade_envs.testing import ScriptedJudge, check_env
 from tests.chat_server import ScriptedChatServer, Step, StepScript
 
-from .scripted import QUESTION, RIGHT, RIGHT_LONG, ROW, WRONG, RubricJudge, responses_of, rubric_step
+from .scripted import QUESTION, RIGHT, RIGHT_LONG, ROW, WRONG, responses_of, rubric_reply, rubric_step
 
 GROUP = [RIGHT, RIGHT_LONG, WRONG, ""]
 
@@ -274,7 +274,7 @@ def test_rows_must_end_with_a_user_turn():
 
 
 def test_the_bundled_samples_load():
-    env = GenRMEnv(judge_url=RubricJudge())
+    env = GenRMEnv(judge_url=ScriptedJudge(rubric_reply))
     try:
         assert env.tasks is not None and len(env.tasks) == 10
         assert all(env.prompt(task)[-1]["role"] == "user" for task in env.tasks)
@@ -294,11 +294,11 @@ def test_no_judge_is_a_one_line_error(monkeypatch):
                                     {"answer_bonus": -1}, {"parse_retries": -1}, {"group_timeout_s": 0}])
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
-        GenRMEnv([], judge_url=RubricJudge(), **kwargs)
+        GenRMEnv([], judge_url=ScriptedJudge(rubric_reply), **kwargs)
 
 
 def test_genrm_conforms():
-    judge = RubricJudge()
+    judge = ScriptedJudge(rubric_reply)
     env = GenRMEnv(judge_url=judge)
     try:
         check_env(env, ROW, RIGHT, bad_rows=[({"responses_create_params": {"input": [

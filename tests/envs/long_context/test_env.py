@@ -21,9 +21,9 @@ from cascade_envs.envs.long_context.prompt import fence_tag
 from cascade_envs.envs.long_context.tokens import CharEstimate, TokenizerCounter, estimate_tokens
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER
-from cascade_envs.testing import check_env
+from cascade_envs.testing import ScriptedJudge, check_env
 from tests.chat_server import ScriptedChatServer, Step
-from tests.envs.long_context.matching import MatchingJudge
+from tests.envs.long_context.matching import matching_verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOLLM2 = Path.home() / ".cache" / "cascade-envs" / "models" / "smollm2-135m-instruct"
@@ -389,5 +389,5 @@ def test_a_local_tokenizer_counts_exactly_and_the_estimate_stays_above_it():
 # ----- conformance ------------------------------------------------------------------------------------------
 
 def test_conformance():
-    check_env(LongContextQAEnv(judge_url=MatchingJudge()), ROW, GOOD, bad_answer=BAD,
+    check_env(LongContextQAEnv(judge_url=ScriptedJudge(matching_verdict)), ROW, GOOD, bad_answer=BAD,
               bad_rows=[({**ROW, "answer": None}, "expected_answer"), ({**ROW, "input_tokens": 10**6}, "input_tokens")])
