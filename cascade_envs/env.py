@@ -12,8 +12,10 @@ at a time on top of the same machinery.
 
 Scoring is one path, ``ascore_episodes``: for a finished group it keeps rewards the env fixed
 during play (turn limit, overflow), splits the reasoning off each final answer, applies the
-overlong rule once, then calls ``ascore_episode`` per answer or ``ascore_group`` once. A scorer
-that raises masks what it was scoring, with the error; it never turns into a silent 0.
+overlong rule and the no-answer rule once (``reasoning.has_visible_text``: nothing visible earns
+no point and reaches no scorer), then calls ``ascore_episode`` per answer or ``ascore_group``
+once. A scorer that raises masks what it was scoring, with the error; it never turns into a
+silent 0.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from gymnasium.utils import seeding
 from .core import ChatSpace, Completion, Message, Reward, Task, TaskError, TextSpace, as_completion
 from .data import TaskSource, load_tasks, prompt_messages, task_id
 from .episode import Episode, Turn
-from .reasoning import overlong_reason, split_reasoning
+from .reasoning import NO_ANSWER, has_visible_text, overlong_reason, split_reasoning
 from .tools import tool_parsers, with_tools
 
 T = TypeVar("T")
@@ -135,7 +137,7 @@ class Env(gymnasium.Env[list, str]):
         return Turn(done=True)
 
     async def ascore(self, task: Task, answer: str) -> Reward:
-        """Score the final ``answer`` (reasoning already split off). Per-sample envs define this."""
+        """Score the final ``answer`` (reasoning split off; it has visible text). Per-sample envs define this."""
         raise NotImplementedError(f"{type(self).__name__} must implement ascore() or ascore_group()")
 
     async def ascore_episode(self, episode: Episode, answer: str) -> Reward:
@@ -145,10 +147,20 @@ class Env(gymnasium.Env[list, str]):
     async def ascore_group(self, task: Task, answers: list[str], episodes: list[Episode]) -> list[Reward]:
         """Score the final answers of one group together (envs with ``scores_groups = True``).
 
-        ``answers[i]`` is ``episodes[i]``'s final answer with the reasoning split off; answers cut by
-        the overlong rule or ended by the env never get here.
+        ``answers[i]`` is ``episodes[i]``'s final answer with the reasoning split off, or ``""`` when
+        it has no visible text: that one keeps its place in the group (GenRM compares the others
+        against it) and scores ``NO_ANSWER`` whatever this returns. Answers cut by the overlong rule
+        or ended by the env never get here.
         """
         raise NotImplementedError(f"{type(self).__name__} sets scores_groups but has no ascore_group()")
+
+    def no_answer_value(self, task: Task) -> float:
+        """What a reply with no visible answer earns on ``task`` (reason ``NO_ANSWER``; at most 0).
+
+        0 by default; an env that pays a malformed reply less than 0 returns that, so that saying
+        nothing never beats a wrong try.
+        """
+        return 0.0
 
     async def atruncation_reward(self, episode: Episode, reason: str) -> Reward:
         """The reward of an episode cut before the model finished (turn limit, budget, overflow)."""
@@ -216,27 +228,43 @@ class Env(gymnasium.Env[list, str]):
         for i, episode in enumerate(episodes):
             if rewards[i] is not None:
                 continue
-            split = split_reasoning(episode.final)
-            reason = overlong_reason(episode.final, split)
-            if reason:
-                rewards[i] = Reward.zero(reason, overlong=1.0)
+            answer = self._final_answer(episode)
+            if isinstance(answer, Reward):
+                rewards[i] = answer
+            elif has_visible_text(answer):
+                pending.append((i, answer))
             else:
-                pending.append((i, split.answer))
+                rewards[i] = self._no_answer(episode)
+                if self.scores_groups:
+                    pending.append((i, ""))
         if pending and self.scores_groups:
             scored = await self._group_scores(episodes[pending[0][0]].task, pending, episodes)
         else:
             scored = await asyncio.gather(*(self._sample_score(episodes[i], answer) for i, answer in pending))
         for (i, _), reward in zip(pending, scored, strict=True):
-            rewards[i] = reward
+            if rewards[i] is None:
+                rewards[i] = reward
         return [r if r is not None else Reward.failed("not scored") for r in rewards]
 
     async def _score_alone(self, episode: Episode) -> Reward:
         if episode.outcome is not None:
             return episode.outcome
-        final = episode.final
-        split = split_reasoning(final)
-        reason = overlong_reason(final, split)
-        return Reward.zero(reason, overlong=1.0) if reason else await self._sample_score(episode, split.answer)
+        answer = self._final_answer(episode)
+        if isinstance(answer, Reward):
+            return answer
+        if not has_visible_text(answer):
+            return self._no_answer(episode)
+        return await self._sample_score(episode, answer)
+
+    @staticmethod
+    def _final_answer(episode: Episode) -> str | Reward:
+        """The final answer with the reasoning split off, or the overlong rule's 0."""
+        split = split_reasoning(episode.final)
+        reason = overlong_reason(episode.final, split)
+        return Reward.zero(reason, overlong=1.0) if reason else split.answer
+
+    def _no_answer(self, episode: Episode) -> Reward:
+        return Reward(min(0.0, self.no_answer_value(episode.task)), reason=NO_ANSWER)
 
     async def _sample_score(self, episode: Episode, answer: str) -> Reward:
         try:

@@ -13,30 +13,46 @@ It plays the env the way the runner and the trainer do and asserts the contracts
   raise ``TaskError``, naming the field where you say which;
 - the good answer earns a positive, unmasked reward (through ``step`` and through the runner); the
   bad answer, if given, a plain 0;
-- malformed answers — empty, several megabytes, invalid UTF-8, an unterminated ``<think>``, a
-  generation cut at the length limit — score a clear, unmasked 0 within ``time_limit_s``: a model
-  can neither earn reward with no answer nor turn a wrong answer into a masked one;
+- malformed answers — empty, whitespace, zero-width or other invisible characters only, several
+  megabytes, invalid UTF-8, an unterminated ``<think>``, a generation cut at the length limit —
+  score a clear, unmasked 0 within ``time_limit_s``: a model can neither earn reward with no
+  answer nor turn a wrong answer into a masked one;
 - a masked reward carries an error, a zero carries no error, and they are told apart;
 - where the env has no group hook, scoring a group gives what scoring each answer alone gives.
 
 Multi-turn envs are checked on their final answer: ``good_answer`` is the model's last turn when
 ``setup_turns`` (earlier model turns, e.g. tool calls) are played first.
+
+Two test doubles play a script where a model would answer, with no model and no network:
+``ScriptedPolicy`` (a ``Policy``, for the runner, the CLI or a judge server) and ``ScriptedJudge``
+(a ``Judge``, for judged envs: ``make(env_id, judge_url=ScriptedJudge(...))``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, TypeVar
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
-from .core import Completion, Reward, TaskError
+from .core import Completion, Message, Reward, TaskError
 from .env import Env, run_sync
+from .policy import SamplingParams
+
+__all__ = ["MALFORMED_ANSWERS", "ConformanceError", "JudgeCall", "PolicyCall", "ScriptedJudge", "ScriptedPolicy",
+           "check_env"]
 
 T = TypeVar("T")
+Reply = str | Completion
+"""A scripted model turn: its text, or a ``Completion`` that also carries token ids and a finish reason."""
+PolicyScript = str | Sequence[str] | Callable[[list[Message]], Reply | Awaitable[Reply]] | Exception
+JudgeScript = str | Callable[[list[Message]], str] | Exception
 
 MALFORMED_ANSWERS: dict[str, Any] = {
     "empty": "",
     "whitespace": " \n\t ",
+    "zero-width": "\u200b\u200c\u200d\u2060\ufeff",
+    "invisible": "<think>42</think>\u00a0\u3000\u2028\u00ad\u202e\u3164\u2800\U000e0041",
     "several megabytes": "x" * (3 * 1024 * 1024),
     "invalid UTF-8": b"\xff\xfe\xfa not text \xc3\x28",
     "unterminated think": "<think>I will answer soon",
@@ -168,7 +184,7 @@ async def _check_runner(
 ) -> None:
     from .rollout import RolloutRunner
 
-    policy = _ScriptedPolicy([*setup_turns, answer])
+    policy = ScriptedPolicy([*setup_turns, answer])
     runner = RolloutRunner(policy, group_size=2, envs={"conformance": env})
     (group,) = await _bounded(runner.arun([("conformance", row)]), limit, f"{name}: a runner episode")
     for episode in group.episodes:
@@ -177,18 +193,83 @@ async def _check_runner(
                  f"{name}: through the runner the good answer scored {_show(episode.reward)}, alone {expected}")
 
 
-class _ScriptedPolicy:
-    """Replays fixed turns: the k-th model turn of every episode is ``turns[k]``."""
+class PolicyCall(NamedTuple):
+    """One request a ``ScriptedPolicy`` answered."""
 
-    def __init__(self, turns: list[str]):
-        self.turns = turns
+    messages: list[Message]
+    sampling: SamplingParams
+    thinking: bool
 
-    async def agenerate(self, messages: list[Any], *, sampling: Any, thinking: bool = True) -> Completion:
-        k = sum(m.get("role") == "assistant" for m in messages)
-        return Completion(self.turns[min(k, len(self.turns) - 1)], finish_reason="stop")
+
+class ScriptedPolicy:
+    """A ``Policy`` that plays a script instead of a model (no model, no network).
+
+    ``script``: the model turns of every episode (a list: the k-th model turn is ``script[k]``, the
+    last one repeated; a ``str``: every turn), or a function of the chat messages that gives the
+    turn (a ``str`` or a ``Completion``, or an awaitable of one; it may raise, e.g. a
+    ``PolicyError``), or an exception that every call raises. Text finishes with
+    ``finish_reason``; a ``Completion`` is returned as given. ``delay_s``: a wait before each reply.
+    ``calls`` records every request; ``closed`` turns true in ``aclose``.
+    """
+
+    def __init__(self, script: PolicyScript, *, finish_reason: str = "stop", delay_s: float = 0.0) -> None:
+        self.script = script
+        self.finish_reason = finish_reason
+        self.delay_s = delay_s
+        self.calls: list[PolicyCall] = []
+        self.closed = False
+
+    async def agenerate(self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True) -> Completion:
+        self.calls.append(PolicyCall(messages, sampling, thinking))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        script = self.script
+        if isinstance(script, Exception):
+            raise script
+        if isinstance(script, str):
+            reply: Reply = script
+        elif callable(script):
+            made = script(messages)
+            reply = await made if inspect.isawaitable(made) else made
+        else:
+            reply = script[min(sum(m.get("role") == "assistant" for m in messages), len(script) - 1)]
+        return reply if isinstance(reply, Completion) else Completion(reply, finish_reason=self.finish_reason)
 
     async def aclose(self) -> None:
-        pass
+        self.closed = True
+
+
+class JudgeCall(NamedTuple):
+    """One request a ``ScriptedJudge`` answered."""
+
+    messages: list[Message]
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+
+
+class ScriptedJudge:
+    """A ``Judge`` that plays a script instead of a model (no model, no network).
+
+    ``script``: the reply to every request, or a function of the chat messages that gives it (it
+    may raise, e.g. a ``JudgeError``), or an exception that every call raises. ``calls`` records
+    every request with its sampling settings; ``closed`` turns true in ``aclose``.
+    """
+
+    def __init__(self, script: JudgeScript) -> None:
+        self.script = script
+        self.calls: list[JudgeCall] = []
+        self.closed = False
+
+    async def acomplete(self, messages: list[Message], *, max_tokens: int | None = None,
+                        temperature: float = 0.0, top_p: float = 1.0) -> str:
+        self.calls.append(JudgeCall(messages, max_tokens, temperature, top_p))
+        if isinstance(self.script, Exception):
+            raise self.script
+        return self.script(messages) if callable(self.script) else self.script
+
+    async def aclose(self) -> None:
+        self.closed = True
 
 
 async def _bounded(awaitable: Awaitable[T], limit: float, what: str) -> T:

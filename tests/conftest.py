@@ -32,9 +32,10 @@ def _toy_envs():
 
 @pytest.fixture
 def chat_server():
-    from tests.fake_chat_server import FakeChatServer
+    """A local chat-completions server answering as the request's model says (tests/chat_server.py)."""
+    from tests.chat_server import ScriptedChatServer, by_model
 
-    with FakeChatServer() as server:
+    with ScriptedChatServer(by_model(), models=("echo-answer",)) as server:
         yield server
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cascade_envs.cli import main
-from cascade_envs.core import Completion, Message
+from cascade_envs.core import Message
 from cascade_envs.data import resolve_path
 from cascade_envs.filtering import (
     FilterError,
@@ -29,8 +29,9 @@ from cascade_envs.filtering import (
     keeps_unsolved,
 )
 from cascade_envs.judges import JUDGE_URL_ENV
-from cascade_envs.policy import PolicyError, SamplingParams
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from cascade_envs.policy import PolicyError
+from cascade_envs.testing import ScriptedPolicy
+from tests.chat_server import ScriptedChatServer, Step
 
 MCQA = "cascade/MCQA-v0"
 OPTIONS = [{"A": "alpha"}, {"B": "beta"}, {"C": "gamma"}, {"D": "delta"}]
@@ -53,24 +54,16 @@ def answer(text: str, calls: Counter[str]) -> str:
     return "<think>Let me see.</think>\\boxed{" + ("A" if right else "B") + "}"
 
 
-class ScriptedPolicy:
-    """A local policy object; with ``stall_after``, calls past that many never return (a hung run)."""
+def mcqa_policy(stall_after: int | None = None) -> ScriptedPolicy:
+    """Answers each MCQA prompt by its mode; with ``stall_after``, calls past that many never return (a hung run)."""
+    counts: Counter[str] = Counter()
 
-    def __init__(self, stall_after: int | None = None):
-        self.calls: Counter[str] = Counter()
-        self.stall_after = stall_after
-        self.stalled: asyncio.Event | None = None
-
-    async def agenerate(self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True) -> Completion:
-        assert sampling.seed is None  # a shared seed would make the k samples identical
-        if self.stall_after is not None and sum(self.calls.values()) >= self.stall_after:
-            self.stalled = self.stalled or asyncio.Event()
-            self.stalled.set()
+    async def turn(messages: list[Message]) -> str:
+        if stall_after is not None and sum(counts.values()) >= stall_after:
             await asyncio.Event().wait()
-        return Completion(answer(messages[-1]["content"], self.calls))
+        return answer(messages[-1]["content"], counts)
 
-    async def aclose(self) -> None:
-        pass
+    return ScriptedPolicy(turn)
 
 
 def write_tasks(path: Path, modes: list[str]) -> list[bytes]:
@@ -98,8 +91,10 @@ MODES = ["always", "never", "sometimes", "fails", "bad-json", "always", "never",
 
 def test_outcomes_kept_rows_and_histogram(tmp_path):
     lines = write_tasks(tmp_path / "tasks.jsonl", MODES)
-    summary = filter_tasks(ScriptedPolicy(), MCQA, tmp_path / "tasks.jsonl", tmp_path / "out", FilterSettings(k=4),
+    policy = mcqa_policy()
+    summary = filter_tasks(policy, MCQA, tmp_path / "tasks.jsonl", tmp_path / "out", FilterSettings(k=4),
                            policy_id="scripted")
+    assert all(call.sampling.seed is None for call in policy.calls)  # a shared seed would make the k samples identical
     expected = {"always": "dropped_solved", "never": "kept", "sometimes": "kept", "fails": "incomplete",
                 "bad-json": "bad_row", "bad-row": "bad_row"}
     got = outcomes(tmp_path / "out")
@@ -146,7 +141,7 @@ def test_swe_curation_keeps_the_seeded_tenth_in_any_order(tmp_path):
     modes = ["never"] * 300 + ["always"] * 20
     write_tasks(tmp_path / "tasks.jsonl", modes)
     settings = FilterSettings(k=2, keep_unsolved=0.1, seed=7)
-    summary = filter_tasks(ScriptedPolicy(), MCQA, tmp_path / "tasks.jsonl", tmp_path / "a", settings)
+    summary = filter_tasks(mcqa_policy(), MCQA, tmp_path / "tasks.jsonl", tmp_path / "a", settings)
     assert summary.counts["dropped_solved"] == 20 and summary.counts["kept"] + summary.counts["dropped_unsolved"] == 300
     assert 0.06 <= summary.counts["kept"] / 300 <= 0.14
     kept = [json.loads(line)["uuid"] for line in (tmp_path / "a" / "kept.jsonl").read_text().splitlines()]
@@ -154,7 +149,7 @@ def test_swe_curation_keeps_the_seeded_tenth_in_any_order(tmp_path):
     shuffled = (tmp_path / "tasks.jsonl").read_text().splitlines(keepends=True)
     random.Random(3).shuffle(shuffled)
     (tmp_path / "shuffled.jsonl").write_text("".join(shuffled))
-    filter_tasks(ScriptedPolicy(), MCQA, tmp_path / "shuffled.jsonl", tmp_path / "b", settings)
+    filter_tasks(mcqa_policy(), MCQA, tmp_path / "shuffled.jsonl", tmp_path / "b", settings)
     again = [json.loads(line)["uuid"] for line in (tmp_path / "b" / "kept.jsonl").read_text().splitlines()]
     assert sorted(again) == sorted(kept)
 
@@ -162,16 +157,15 @@ def test_swe_curation_keeps_the_seeded_tenth_in_any_order(tmp_path):
 def test_resume_after_an_interruption_gives_the_same_outputs(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", MODES * 3)
     settings = FilterSettings(k=4, keep_unsolved=0.5)
-    filter_tasks(ScriptedPolicy(), MCQA, tmp_path / "tasks.jsonl", tmp_path / "whole", settings, concurrency=8)
+    filter_tasks(mcqa_policy(), MCQA, tmp_path / "tasks.jsonl", tmp_path / "whole", settings, concurrency=8)
 
     job = FilterJob(MCQA, tmp_path / "tasks.jsonl", tmp_path / "cut", settings).open()
-    hung = ScriptedPolicy(stall_after=30)
+    hung = mcqa_policy(stall_after=30)
 
     async def interrupted() -> None:
         run = asyncio.ensure_future(job.arun(hung, concurrency=8))
-        while hung.stalled is None:
+        while len(hung.calls) <= 30:  # until a call hangs
             await asyncio.sleep(0.01)
-        await hung.stalled.wait()
         run.cancel()  # what Ctrl-C does to the run; a kill leaves the same flushed lines
         with pytest.raises(asyncio.CancelledError):
             await run
@@ -181,10 +175,11 @@ def test_resume_after_an_interruption_gives_the_same_outputs(tmp_path):
     assert 0 < len(done) < len(MODES) * 3 and not (tmp_path / "cut" / "kept.jsonl").exists()
     with (tmp_path / "cut" / "outcomes.jsonl").open("a") as fh:
         fh.write('{"row": 36, "id": "q35", "k": 4, "sco')  # a line a kill cut short
-    resumed = ScriptedPolicy()
+    resumed = mcqa_policy()
     job = FilterJob(MCQA, tmp_path / "tasks.jsonl", tmp_path / "cut", settings).open()
     summary = job.run(resumed, concurrency=8)
-    replayed = {int(re.search(r"Question (\d+)", text).group(1)) + 1 for text in resumed.calls}  # type: ignore[union-attr]
+    asked = [call.messages[-1]["content"] for call in resumed.calls]
+    replayed = {int(re.search(r"Question (\d+)", text).group(1)) + 1 for text in asked}  # type: ignore[union-attr]
     playable = {row for row, mode in enumerate(MODES * 3, start=1) if not mode.startswith("bad")}
     assert replayed == playable - done and summary.played == len(playable - done)
     for name in ("kept.jsonl", "outcomes.jsonl", "histogram.txt"):
@@ -195,21 +190,15 @@ def test_multi_turn_env(tmp_path):
     rows = [{"id": f"t{i}", "prompt": f"look up item {i}", "answer": f"value-{i}"} for i in range(4)]
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-    class ToolPolicy:
+    def look_up(messages: list[Message]) -> str:
         """Looks the value up for even items (then answers with it); guesses for odd ones."""
+        if messages[-1]["role"] == "tool":
+            return f"It is {messages[-1]['content']}"
+        if int(messages[1]["content"].split()[-1]) % 2 == 0:
+            return '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+        return "It is unknown"
 
-        async def agenerate(self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True) -> Completion:
-            item = int(messages[1]["content"].split()[-1])
-            if messages[-1]["role"] == "tool":
-                return Completion(f"It is {messages[-1]['content']}")
-            if item % 2 == 0:
-                return Completion('<tool_call>{"name": "lookup", "arguments": {}}</tool_call>')
-            return Completion("It is unknown")
-
-        async def aclose(self) -> None:
-            pass
-
-    summary = filter_tasks(ToolPolicy(), "toy/LookupTool-v0", tmp_path / "tasks.jsonl", tmp_path / "out",
+    summary = filter_tasks(ScriptedPolicy(look_up), "toy/LookupTool-v0", tmp_path / "tasks.jsonl", tmp_path / "out",
                            FilterSettings(k=3, keep_unsolved=0.0))
     assert [o["outcome"] for o in outcomes(tmp_path / "out")] == ["dropped_solved", "dropped_unsolved"] * 2
     assert summary.histogram == [2, 0, 0, 2] and (tmp_path / "out" / "kept.jsonl").read_bytes() == b""
@@ -223,7 +212,7 @@ def test_parquet_input_keeps_its_rows_and_schema(tmp_path):
     rows = [{"id": f"p{i}", "prompt": f"Question {i} (mode={mode})", "answer": "\\boxed{A}", "weight": i / 2}
             for i, mode in enumerate(["always", "never", "sometimes", "always"])]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "tasks.parquet")
-    filter_tasks(ScriptedPolicy(), "toy/ExactAnswer-v0", tmp_path / "tasks.parquet", tmp_path / "out", FilterSettings(k=2))
+    filter_tasks(mcqa_policy(), "toy/ExactAnswer-v0", tmp_path / "tasks.parquet", tmp_path / "out", FilterSettings(k=2))
     assert [o["solved"] for o in outcomes(tmp_path / "out")] == [2, 0, 1, 2]
     kept = pq.read_table(tmp_path / "out" / "kept.parquet")
     assert kept.schema == pq.read_table(tmp_path / "tasks.parquet").schema
@@ -245,7 +234,7 @@ def test_bad_settings_are_named():
 
 
 def policy_server() -> ScriptedChatServer:
-    """An OpenAI-compatible server answering as ``ScriptedPolicy`` does."""
+    """An OpenAI-compatible server answering as ``mcqa_policy`` does."""
     calls: Counter[str] = Counter()
 
     def script(request: dict[str, Any]) -> Step:

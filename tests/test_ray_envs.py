@@ -13,9 +13,10 @@ import textwrap
 
 import pytest
 
-from cascade_envs.core import CascadeError, Completion
+from cascade_envs.core import CascadeError
 from cascade_envs.mix import EnvMix
 from cascade_envs.rollout.runner import RolloutRunner
+from cascade_envs.testing import ScriptedPolicy
 from tests import ray_local
 from tests.ray_local import kill_and_wait
 
@@ -54,21 +55,17 @@ def workplace_turns(task: dict) -> list[str]:
     return [f"<tool_call>{json.dumps(call)}</tool_call>" for call in calls] + ["Done."]
 
 
-class SolutionPolicy:
+def solution_policy(tasks: list[dict]) -> ScriptedPolicy:
     """Plays a workplace task's reference solution turn by turn, then answers; on every other task it
     answers at once (and scores 0)."""
+    turns = {t["responses_create_params"]["input"][-1]["content"]: workplace_turns(t) if i % 2 == 0 else ["Done."]
+             for i, t in enumerate(tasks)}
 
-    def __init__(self, tasks: list[dict]):
-        self.turns = {t["responses_create_params"]["input"][-1]["content"]: workplace_turns(t) if i % 2 == 0
-                      else ["Done."] for i, t in enumerate(tasks)}
+    def turn(messages: list[dict]) -> str:
+        script = turns[next(m["content"] for m in messages if m["role"] == "user")]
+        return script[min(sum(m["role"] == "assistant" for m in messages), len(script) - 1)]
 
-    async def agenerate(self, messages, *, sampling, thinking=True) -> Completion:
-        turns = self.turns[next(m["content"] for m in messages if m["role"] == "user")]
-        k = sum(m["role"] == "assistant" for m in messages)
-        return Completion(turns[min(k, len(turns) - 1)], finish_reason="stop")
-
-    async def aclose(self) -> None:
-        pass
+    return ScriptedPolicy(turn)
 
 
 def close(mix: EnvMix) -> None:
@@ -98,7 +95,7 @@ def test_workplace_episodes_play_on_their_actor_through_the_runner(local_ray):
         items = [(WORK, t) for t in tasks]
 
         def play(mix: EnvMix) -> list[list[dict]]:
-            runner = RolloutRunner(SolutionPolicy(tasks), group_size=2, envs=mix.envs)
+            runner = RolloutRunner(solution_policy(tasks), group_size=2, envs=mix.envs)
             groups = runner.run(items)
             return [[(e.reward.to_dict(), e.turns, e.messages) for e in g.episodes] for g in groups]
 
@@ -227,9 +224,9 @@ def test_without_ray_config_ray_is_never_imported(tmp_path):
         from cascade_envs.distributed import attach_ray
         from cascade_envs.mix import EnvMix
         from cascade_envs.rollout.runner import run_rollouts
-        from cascade_envs.testing import _ScriptedPolicy
+        from cascade_envs.testing import ScriptedPolicy
         mix = attach_ray(EnvMix([{MATH!r}]), None)
-        groups = run_rollouts(_ScriptedPolicy(["\\\\boxed{{2}}"]), mix.sample(2), envs=mix.envs)
+        groups = run_rollouts(ScriptedPolicy(["\\\\boxed{{2}}"]), mix.sample(2), envs=mix.envs)
         assert len(groups) == 2, groups
         mix.close()
         print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))

@@ -6,6 +6,8 @@ from typing import Any
 
 from cascade_envs import Env, Episode, Reward, TaskError, Turn
 from cascade_envs.core import Completion
+from cascade_envs.policy import ContextOverflowError
+from cascade_envs.testing import ScriptedPolicy
 
 
 class ExactAnswerEnv(Env):
@@ -76,9 +78,10 @@ def register_toy_envs() -> None:
         register(env_id, cls)
 
 
-class CharTemplatePolicy:
-    """A scripted policy with a character-level "tokenizer" and a chat template whose rendered history
-    is a prefix of the next prompt: token ids are character codes of ``<role>content</>`` blocks.
+class CharTemplatePolicy(ScriptedPolicy):
+    """A ``ScriptedPolicy`` with token ids: a character-level "tokenizer" and a chat template whose
+    rendered history is a prefix of the next prompt (token ids are character codes of
+    ``<role>content</>`` blocks), for tests of trajectories and token budgets.
 
     ``reply(messages) -> str`` gives each turn's text; ``finish(messages)`` its finish reason.
     ``context`` makes a prompt longer than that many tokens raise ``ContextOverflowError``.
@@ -87,8 +90,8 @@ class CharTemplatePolicy:
     END = "</>"
 
     def __init__(self, reply, *, finish=lambda messages: "stop", context: int | None = None, delay_s: float = 0.0):
-        self.reply, self.finish, self.context, self.delay_s = reply, finish, context, delay_s
-        self.calls = 0
+        super().__init__(reply, delay_s=delay_s)
+        self.finish, self.context = finish, context
 
     @classmethod
     def render(cls, messages, generation_prompt: bool = True) -> str:
@@ -96,19 +99,9 @@ class CharTemplatePolicy:
         return text + ("<assistant>" if generation_prompt else "")
 
     async def agenerate(self, messages, *, sampling, thinking=True):
-        import asyncio
-
-        from cascade_envs.policy import ContextOverflowError
-
-        self.calls += 1
         prompt = [ord(c) for c in self.render(messages)]
         if self.context is not None and len(prompt) > self.context:
             raise ContextOverflowError(f"{len(prompt)} tokens > {self.context}")
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        text = self.reply(messages)
+        text = str(await super().agenerate(messages, sampling=sampling, thinking=thinking))
         ids = [ord(c) for c in text + self.END]
         return Completion(text, self.finish(messages), ids, [-0.5] * len(ids), prompt)
-
-    async def aclose(self) -> None:
-        pass

@@ -18,7 +18,8 @@ writes the unified diff, and scores it with one of two rewards:
 Format errors (the model's fault): no edit, a broken block, a SEARCH that does not match or
 matches twice, an unknown, absolute or ``..`` path, binary content, a reply over
 ``max_answer_chars`` or with more than ``max_edits`` blocks, edits that change nothing, and, on
-rows whose prompt asks for them, a missing ``<solution>`` block. The overlong rule of the base
+rows whose prompt asks for them, a missing ``<solution>`` block; a repair reply with nothing
+visible scores as a format error too, with the kernel's no-answer reason. The overlong rule of the base
 class still gives 0 (not -1) to a generation cut at the length limit. Scoring runs inline for
 small replies and in a ``VerifierPool`` worker otherwise, under ``timeout_s``; a reply that runs
 past it scores 0 ("verifier limit: ...": the task's sizes are bounded when it loads, so only a
@@ -106,6 +107,10 @@ class AgentlessRepairEnv(JudgedEnv):
     def uses_judge(self) -> bool:
         return self.reward_kind == "judge"
 
+    def no_answer_value(self, task: Task) -> float:
+        """A repair with no visible reply is a format error (it makes no edit), as SWE-RL scores it."""
+        return self._format_error_value() if isinstance(task[SPEC], RepairSpec) else 0.0
+
     def load_task(self, row: dict[str, Any]) -> Task:
         return load_row(row, self.top_k)
 
@@ -155,8 +160,11 @@ class AgentlessRepairEnv(JudgedEnv):
         return Reward(score / SCORE_SCALE, info, reason=f"judge score {score:g}/{SCORE_SCALE}")
 
     def _format_error(self, error: str) -> Reward:
-        value = self.format_error_reward if self.reward_kind == "similarity" else 0.0
-        return Reward(value, {"format_error": 1.0, "reward_kind": self.reward_kind}, reason=f"format error: {error}")
+        return Reward(self._format_error_value(), {"format_error": 1.0, "reward_kind": self.reward_kind},
+                      reason=f"format error: {error}")
+
+    def _format_error_value(self) -> float:
+        return self.format_error_reward if self.reward_kind == "similarity" else 0.0
 
     async def aclose(self) -> None:
         """Stop the scoring workers, then close the judge."""

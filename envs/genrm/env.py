@@ -25,11 +25,13 @@ length only feeds the conciseness terms. Defaults and where they come from:
   ``group_timeout_s=1800`` bounds a group's scoring, including waits for the judge's concurrency
   slots (``judge_concurrency`` per endpoint, shared by every group of the env).
 
-Answers the judge never sees (scored 0 as they are, ``Reward.zero``): an empty answer, one over
-``max_answer_chars`` (100,000 characters, about 25K tokens: two such answers, the conversation and
-16K tokens of judge output still fit a 128K-token judge context), and one holding bytes that are
-not text (U+FFFD or NUL). In comparisons they stand as an empty response (``"None"``, as upstream),
-so the other answer is still scored; two of them are never compared with each other.
+Answers the judge never sees (scored 0 as they are, ``Reward.zero``): one with nothing visible
+after the reasoning (the kernel's no-answer rule: empty, whitespace or zero-width characters), one
+over ``max_answer_chars`` (100,000 characters, about 25K tokens: two such answers, the
+conversation and 16K tokens of judge output still fit a 128K-token judge context), and one
+holding bytes that are not text (U+FFFD or NUL). In comparisons they stand as an empty response
+(``"None"``, as upstream), so the other answer is still scored; two of them are never compared
+with each other.
 
 Rewards are on the judge's scale, as upstream: the mean score (1-5, which the tie shift can move by
 up to 2.5 either way) plus the bonuses and length terms; GRPO normalises them per group. The 0 of an
@@ -53,7 +55,7 @@ from cascade_envs.core import Message, Reward, Task, TaskError
 from cascade_envs.data import prompt_messages
 from cascade_envs.episode import Episode
 from cascade_envs.judges import JudgedEnv, JudgeError
-from cascade_envs.reasoning import split_reasoning
+from cascade_envs.reasoning import NO_ANSWER, has_visible_text, split_reasoning
 
 from .aggregate import Coefficients, Outcome, RolloutScore, aggregate_group, comparison_plan
 from .prompt import (
@@ -155,8 +157,8 @@ class GenRMEnv(JudgedEnv):
 
     def _unjudgeable(self, answer: str) -> str | None:
         """Why the judge must not see ``answer`` (it then scores 0), or ``None``."""
-        if not answer.strip():
-            return "empty answer: nothing after the reasoning"
+        if not has_visible_text(answer):
+            return NO_ANSWER
         if len(answer) > self.max_answer_chars:
             return (f"verifier limit: the answer has {len(answer):,} characters, "
                     f"over max_answer_chars={self.max_answer_chars:,}")

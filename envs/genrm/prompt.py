@@ -17,7 +17,8 @@ final answers:
 Verdicts are read in either of the two layouts those judges write, whatever the prompt format:
 the HelpSteer3 sections ``[The Begin of Individual Scores] \\boxed{x, y} [The End of Individual
 Scores]`` and ``[The Begin of Ranking Score] \\boxed{z} [The End of Ranking Score]``, or a JSON object
-``{"score_1": x, "score_2": y, "ranking": z}`` (NeMo Gym ``genrm_compare``). The judge's own
+``{"score_1": x, "score_2": y, "ranking": z}`` (NeMo Gym ``genrm_compare``; other keys, nested
+objects and braces inside strings are fine, up to ``MAX_JSON_CHARS`` characters). The judge's own
 reasoning (``…</think>``) is dropped first; the last section (or JSON object) wins, since a judge may
 quote the responses, and so their text, before it concludes. Scores must be in 1-5 and the ranking
 in 1-6, all three present (upstream fills a missing value with a neutral default; here the reply is
@@ -105,8 +106,11 @@ _RANKING_SECTION = re.compile(
     re.IGNORECASE | re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
-_FLAT_OBJECT = re.compile(r"\{[^{}]*\}")
+_OBJECT_START = re.compile(r'\{\s*"')
 _VERDICT_KEYS = ("score_1", "score_2", "ranking")
+_JSON = json.JSONDecoder()
+MAX_JSON_CHARS = 10_000
+"""The longest JSON verdict object read (it bounds the work a hostile reply can cause)."""
 
 
 def check_template(template: str) -> str:
@@ -153,10 +157,9 @@ def parse_verdict(reply: str) -> Verdict:
         raise ValueError("the reply ends inside the judge's reasoning, before any verdict")
     text = split.answer
     scores = _last(_SCORES_SECTION.finditer(text))
-    json_object = _last((m.start(), found) for m in _FLAT_OBJECT.finditer(text)
-                        if (found := _verdict_object(m.group())) is not None)
-    if json_object is not None and (scores is None or json_object[0] > scores.start()):
-        return _json_verdict(json_object[1])
+    json_object = _last_verdict_object(text, scores.start() if scores is not None else 0)
+    if json_object is not None:
+        return _json_verdict(json_object)
     if scores is not None:
         return _sectioned_verdict(scores.group(1), text[scores.start():])
     raise ValueError("no verdict: expected the [The Begin of Individual Scores] \\boxed{x, y} and "
@@ -188,14 +191,18 @@ def _boxed_numbers(section: str, count: int, what: str) -> list[float]:
     return [float(part) for part in parts]
 
 
-def _verdict_object(text: str) -> dict[str, Any] | None:
-    """``text`` as a JSON object holding the three verdict keys, else ``None``."""
-    try:
-        candidate = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if isinstance(candidate, dict) and all(key in candidate for key in _VERDICT_KEYS):
-        return candidate
+def _last_verdict_object(text: str, after: int) -> dict[str, Any] | None:
+    """The JSON object holding the three verdict keys that starts last in ``text`` after ``after``."""
+    end = max(text.rfind('"ranking"'), 0)  # such an object starts before the last "ranking" key
+    while (start := text.rfind("{", after, end)) >= 0:
+        if _OBJECT_START.match(text, start):
+            try:
+                candidate, _ = _JSON.raw_decode(text[start : start + MAX_JSON_CHARS])
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+                candidate = None
+            if isinstance(candidate, dict) and all(key in candidate for key in _VERDICT_KEYS):
+                return candidate
+        end = start
     return None
 
 

@@ -6,9 +6,9 @@ fields, at the top level or under ``verifier_metadata``, with ``kwargs`` a list 
 often lists every possible kwarg as null). Each instruction id and its kwargs are checked when the
 task loads, so scoring never meets an unknown id or a missing kwarg.
 
-Scoring follows IFEval: an empty answer follows no instruction, and neither does a
-whitespace-only or think-only one or one of invisible format characters (zero-width spaces): a
-reply with nothing visible never scores, whatever "no commas" or "lowercase" say. ``strict``
+Scoring follows IFEval. A reply with nothing visible after the reasoning (empty, whitespace,
+zero-width characters: the kernel's no-answer rule) scores 0 before any check, whatever "no
+commas" or "lowercase" say; a loose variant with nothing visible follows no instruction. ``strict``
 checks the answer as it is, loose (``strict=False``) accepts an instruction when any of the
 eight standard variants passes (first line, last line or both removed; asterisks stripped). The
 reward is 1 when every instruction is followed (``binary``, as in IF-RL) or the fraction followed
@@ -38,7 +38,7 @@ from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
 from cascade_envs.workers import CallFailed, WorkerDied
 
 from .registry import load_families, validate_kwargs
-from .text import ResourceUnavailable, is_blank
+from .text import ResourceUnavailable
 from .verify import follow_checks, response_variants, warm_up
 
 REWARD_MODES = ("binary", "fraction")
@@ -147,7 +147,7 @@ class InstructionFollowingEnv(Env):
         }
         reason = None
         if failed:
-            reason = "empty answer" if is_blank(answer) else f"not followed: {', '.join(failed)}"
+            reason = f"not followed: {', '.join(failed)}"
         return Reward(value, components, reason=reason)
 
     async def aclose(self) -> None:

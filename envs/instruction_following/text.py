@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from typing import Any, Literal
 
 Relation = Literal["less than", "at least"]
@@ -25,12 +24,6 @@ class ResourceUnavailable(RuntimeError):
 def compare(actual: float, relation: str, threshold: float) -> bool:
     """``actual < threshold`` for "less than", ``actual >= threshold`` for "at least"."""
     return actual < threshold if relation == "less than" else actual >= threshold
-
-
-def is_blank(text: str) -> bool:
-    """True when ``text`` has no visible character: only whitespace, control and format characters
-    (zero-width space, joiners, BOM, direction marks), which carry no answer."""
-    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
 
 
 # ----- rule-based sentence splitter (the one IFEval's checkers use) ----------------------------

@@ -8,8 +8,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from cascade_envs.reasoning import has_visible_text
+
 from .registry import get_instruction, load_families
-from .text import is_blank
 
 load_families()
 
@@ -31,11 +32,11 @@ def response_variants(response: str, strict: bool) -> list[str]:
 def follow_checks(checks: list[dict[str, Any]], answer: str, strict: bool) -> list[bool]:
     """Whether ``answer`` follows each ``{"id", "kwargs"}`` check (any variant passing, when loose).
 
-    A blank answer (or loose variant) follows nothing, as in IFEval: a reply with no visible
-    character (whitespace, zero-width and other format characters only) would otherwise satisfy
-    "no commas", "fewer than N words" and the like without saying anything.
+    A loose variant with no visible character (``has_visible_text``; the answer itself never lacks
+    one, the no-answer rule stops those first) follows nothing: it would otherwise satisfy "no
+    commas", "fewer than N words" and the like without saying anything.
     """
-    variants = [v for v in response_variants(answer, strict) if not is_blank(v)]
+    variants = [v for v in response_variants(answer, strict) if has_visible_text(v)]
     results = []
     for check in checks:
         checker = get_instruction(check["id"]).check

@@ -32,10 +32,11 @@ loads: an over-long row raises ``TaskError`` naming the count, how it was counte
 here is kept in the loaded task's ``input_tokens``, so starting an episode does not count again.
 
 Rewards: 1 when the judge's verdict is positive (both verdicts with ``swap_check``), else 0 with
-the verdict as the reason. 0 without calling the judge: no final answer (empty, or only
-reasoning), or an answer over ``max_answer_chars`` ("verifier limit: ...", the answer's fault: it
-could not overflow the judge's context). Masked, with the reason: the judge call failed after its
-retries (down, 5xx, rate-limited past its budget, past its deadline) or its reply did not parse.
+the verdict as the reason. 0 without calling the judge: no final answer (nothing visible after
+the reasoning: the kernel's no-answer rule), or an answer over ``max_answer_chars`` ("verifier
+limit: ...", the answer's fault: it could not overflow the judge's context). Masked, with the
+reason: the judge call failed after its retries (down, 5xx, rate-limited past its budget, past
+its deadline) or its reply did not parse.
 Upstream scores an unparseable reply 0; here it is masked, so a judge that strays from the format
 never decides a reward.
 """
@@ -157,8 +158,6 @@ class LongContextQAEnv(JudgedEnv):
     async def ascore(self, task: Task, answer: str) -> Reward:
         answer = answer.strip()
         info: dict[str, Any] = {"judge_template": self.template.name, "verdicts": []}
-        if not answer:
-            return Reward.zero("no final answer (the response is empty or only reasoning)", **info)
         if len(answer) > self.max_answer_chars:
             return Reward.zero(f"verifier limit: the answer has {len(answer):,} characters, over "
                                f"max_answer_chars={self.max_answer_chars:,}", **info)

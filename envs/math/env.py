@@ -77,8 +77,6 @@ class MathEnv(Env):
 
     async def ascore(self, task: Task, answer: str) -> Reward:
         gold = task["expected_answer"]
-        if not answer.strip():
-            return Reward.zero("empty response", expected_answer=gold, extracted_answer=None)
         try:
             result = await self.pool.call(gold, answer)
         except CallTimeout:

@@ -170,8 +170,6 @@ class MCQAEnv(Env):
         gold = task["expected_answer"].strip().upper()
         mode = self.grading_mode or task.get("grading_mode") or DEFAULT_MODE
         info = {"expected_answer": gold, "grading_mode": mode, "extracted_answer": None}
-        if not answer.strip():
-            return Reward.zero("empty response", **info)
         predicted = None
         regex = (task.get("template_metadata") or {}).get("output_regex")
         try:

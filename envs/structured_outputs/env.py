@@ -129,8 +129,6 @@ class StructuredOutputEnv(Env):
                 document, problem = self._tool_payload(task, answer)
                 if not problem:
                     problem = await self.verifier.run(check_document, schema, document, inline=inline)
-            elif not answer.strip():
-                problem = "empty_response", ["the response is empty"]
             else:
                 problem = await self.verifier.run(
                     check_text, schema, schema_type, answer, self.allow_code_fence, inline=inline

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import functools
 import json
-import unicodedata
 from typing import Any
 
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from referencing import Registry
+
+from cascade_envs.reasoning import has_visible_text
 
 SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
@@ -72,7 +73,7 @@ def strictify(schema: Any) -> Any:
 def has_value(document: Any) -> bool:
     """Whether ``document`` carries at least one value: a number, a boolean or a non-blank string.
 
-    ``null``, blank strings (whitespace and invisible format characters only), and objects and
+    ``null``, blank strings (no visible character: ``reasoning.has_visible_text``), and objects and
     arrays holding nothing else carry none. Object keys are names, not values.
     """
     stack = [document]
@@ -83,16 +84,11 @@ def has_value(document: Any) -> bool:
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
         elif isinstance(node, str):
-            if not is_blank(node):
+            if has_visible_text(node):
                 return True
         elif node is not None:
             return True
     return False
-
-
-def is_blank(text: str) -> bool:
-    """True when ``text`` has no visible character (only whitespace, controls, format characters)."""
-    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
 
 
 def admits_only_empty(schema: Any, depth: int = 0) -> bool:

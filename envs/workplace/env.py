@@ -16,8 +16,8 @@ Reward (NeMo Gym's outcome rule): the ground-truth calls run on a fresh copy of 
 the final states are compared under ``compare.py``'s normalisation; 1 when equal, else 0 with the
 first differences as the reason. Read-only calls never change it. Beyond NeMo Gym:
 
-- a finished episode needs a final reply that is not empty (after the reasoning): a reply with
-  no answer never earns 1;
+- a finished episode needs a final reply with visible text after the reasoning (the kernel's
+  no-answer rule): an empty or invisible reply never earns 1;
 - a question task (a row with ``expected_answer``, ``answer.py``) also needs its answer in that
   reply, and no listed distractor: 1 only when the state is the expected one *and* the answer is
   found, else 0 with a reason naming which failed. Without it a task that writes nothing would pay
@@ -180,8 +180,6 @@ class WorkplaceEnv(Env):
         state: WorkplaceEpisode | None = episode.state
         if state is None:
             return Reward.failed("the episode's workplace was released before it was scored")
-        if not answer.strip():
-            return Reward.zero("no final answer: the last reply is empty", **_counts(state))
         return self._outcome(state, answer=answer)
 
     async def atruncation_reward(self, episode: Episode, reason: str) -> Reward:

@@ -4,7 +4,7 @@ import pytest
 
 from cascade_envs import ChatSpace, Completion, Reward, TextSpace
 from cascade_envs.core import as_completion
-from cascade_envs.reasoning import overlong_reason, split_reasoning
+from cascade_envs.reasoning import has_visible_text, overlong_reason, split_reasoning
 
 
 def test_nan_reward_is_masked_not_scored():
@@ -54,11 +54,40 @@ def test_spaces():
         ("", "", "", False),
         ("<think></think>", "", "", False),
         ("x <think>late</think> y", "x <think>late", "y", False),
+        # both tags match in any letter case
+        ("<THINK>a</THINK>\\boxed{32}", "a", "\\boxed{32}", False),
+        ("<Think>a</tHiNk>B", "a", "B", False),
+        ("a</THINK>B", "a", "B", False),
+        ("<THINK>never closed", "never closed", "", True),
     ],
 )
 def test_split_reasoning(text, reasoning, answer, unterminated):
     split = split_reasoning(text)
     assert (split.reasoning, split.answer, split.unterminated) == (reasoning, answer, unterminated)
+
+
+INVISIBLE = [
+    "", " \n\t\r\f\v", "\x00\x1f\x7f\x85",  # whitespace and controls (Cc)
+    "\u00a0\u1680\u2000\u200a\u202f\u205f\u3000",  # space separators (Zs)
+    "\u2028\u2029",  # line and paragraph separators (Zl, Zp)
+    "\u200b\u200c\u200d\u2060\ufeff",  # zero-width space, joiners, word joiner, BOM (Cf)
+    "\u00ad\u061c\u180e\u200e\u200f\u202a\u202e\u2066\u2069\u2062",  # soft hyphen, direction marks, invisible times
+    "\U000e0001\U000e0041\U000e007f",  # tag characters (Cf)
+    "\ud800",  # a lone surrogate (Cs)
+    "\u034f\u115f\u1160\u3164\uffa0\u17b4\u180b\ufe0f\U000e0100",  # other default-ignorables
+    "\u2800",  # Braille blank
+]
+
+
+@pytest.mark.parametrize("text", INVISIBLE)
+def test_text_of_invisible_characters_only_is_no_answer(text):
+    assert not has_visible_text(text)
+    assert not has_visible_text(f"\u200b{text} \u2060")
+
+
+@pytest.mark.parametrize("text", ["a", "0", ".", "\ufffd", "\U0001f600", "\u00e9", "\u4e2d", "\u200b\u200bx\u200b"])
+def test_any_visible_character_is_an_answer(text):
+    assert has_visible_text(text)
 
 
 def test_overlong_rule():

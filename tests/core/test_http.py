@@ -1,4 +1,4 @@
-"""The retrying JSON client against a real HTTP server on 127.0.0.1 (tests/fake_chat_server.py)."""
+"""The retrying JSON client against a real HTTP server on 127.0.0.1 (tests/chat_server.py)."""
 
 from __future__ import annotations
 

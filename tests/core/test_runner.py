@@ -7,6 +7,7 @@ from cascade_envs.policies import make_policy
 from cascade_envs.policies.openai import OpenAIChatPolicy, parse_chat_completion
 from cascade_envs.rollout import PolicyError, RolloutRunner, SamplingParams
 from cascade_envs.rollout.metrics import MixMetrics
+from cascade_envs.testing import ScriptedPolicy
 
 TASKS = [{"id": f"t{i}", "prompt": f"Say {i}. ANSWER: {i}", "answer": str(i)} for i in range(6)]
 ITEMS = [("toy/ExactAnswer-v0", t) for t in TASKS]
@@ -117,20 +118,16 @@ def test_verifier_errors_are_masked_per_episode(chat_server):
 def test_concurrency_limit_is_respected():
     active = peak = 0
 
-    class CountingPolicy:
-        async def agenerate(self, messages, *, sampling, thinking=True):
-            nonlocal active, peak
-            active += 1
-            peak = max(peak, active)
-            await asyncio.sleep(0.01)
-            active -= 1
-            return "0"
-
-        async def aclose(self):
-            pass
+    async def counting(messages):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.01)
+        active -= 1
+        return "0"
 
     items = [("toy/ExactAnswer-v0", t) for t in TASKS] * 5
-    RolloutRunner(CountingPolicy(), concurrency=4, group_size=2).run(items)
+    RolloutRunner(ScriptedPolicy(counting), concurrency=4, group_size=2).run(items)
     assert peak == 4
 
 

@@ -1,5 +1,6 @@
 """One scoring path: groups are the unit of scoring, each answer is scored once, reasoning never
-reaches a scorer, overlong answers never reach one, failures mask (DESIGN.md §2)."""
+reaches a scorer, overlong answers and answers with nothing visible never reach one, failures
+mask (DESIGN.md §2)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import cascade_envs
 from cascade_envs import Env, Reward
 from cascade_envs.core import Completion
+from cascade_envs.reasoning import NO_ANSWER
 from cascade_envs.rollout import RolloutRunner
 from tests.toy_envs import CharTemplatePolicy, ExactAnswerEnv
 
@@ -138,6 +140,43 @@ def test_a_group_scorer_returning_the_wrong_count_masks():
 
     rewards = asyncio.run(Short().ascore_responses(TASKS[0], ["a", "b"]))
     assert all(r.masked and "returned 1 rewards for 2 answers" in r.error for r in rewards)
+
+
+NOTHING_VISIBLE = ["<think>yes</think>", "\u200b\u2060\ufeff", "<think>r</think>\u3164 \u00ad\n", "<THINK>yes</THINK>"]
+
+
+def test_a_reply_with_nothing_visible_scores_no_answer_and_never_reaches_the_scorer():
+    env = RecordingEnv()
+    rewards = asyncio.run(env.ascore_responses(TASKS[0], [*NOTHING_VISIBLE, "<think>r</think>yes"]))
+    assert [(r.value, r.masked, r.reason) for r in rewards] == [(0.0, False, NO_ANSWER)] * 4 + [(1.0, False, None)]
+    assert asyncio.run(env.areward(TASKS[0], "\u200b")).reason == NO_ANSWER  # the runner's one-episode path
+    assert CALLS == [("ascore", "yes")]
+
+
+def test_a_group_scorer_sees_a_reply_with_nothing_visible_as_empty_and_cannot_pay_it():
+    class PaysAll(RecordingGroupEnv):
+        async def ascore_group(self, task, answers, episodes):
+            CALLS.append(("group", list(answers)))
+            return [Reward(1.0) for _ in answers]
+
+    rewards = asyncio.run(PaysAll().ascore_responses(TASKS[0], ["yes", "\u200b\u200b", "<think>x</think>"]))
+    assert CALLS == [("group", ["yes", "", ""])]
+    assert [(r.value, r.reason) for r in rewards] == [(1.0, None), (0.0, NO_ANSWER), (0.0, NO_ANSWER)]
+    failed = asyncio.run(FailingGroupEnv().ascore_responses(TASKS[0], ["yes", "\u200b"]))
+    assert failed[0].masked and (failed[1].masked, failed[1].reason) == (False, NO_ANSWER)
+
+
+def test_an_env_may_pay_no_answer_below_zero_but_never_above():
+    class Penalised(RecordingEnv):
+        value = -1.0
+
+        def no_answer_value(self, task):
+            return self.value
+
+    env = Penalised()
+    assert asyncio.run(env.areward(TASKS[0], " ")).value == -1.0
+    env.value = 2.0
+    assert asyncio.run(env.areward(TASKS[0], " ")).value == 0.0
 
 
 EVENTS: list[str] = []

@@ -89,6 +89,11 @@ def test_components_and_reasoning_split():
     assert reward.components == {"expected_answer": "4", "extracted_answer": "4"}
 
 
+def test_think_tags_in_any_letter_case_split_the_reasoning_off():
+    assert score("<THINK>30 + 2 is \\boxed{31}? No.</THINK>\\boxed{32}", "32").value == 1.0
+    assert score("<Think>so \\boxed{32}</think>\\boxed{31}", "32").value == 0.0  # the reasoning is not the answer
+
+
 def test_no_extractable_answer():
     reward = score("I do not know.", "4")
     assert reward.value == 0.0 and reward.reason == "no answer could be extracted"

@@ -28,6 +28,7 @@ from cascade_envs.envs.structured_outputs.schema import (
     strict_validator,
     strictify,
 )
+from cascade_envs.reasoning import NO_ANSWER
 
 NO_DATA = "I could not find that data."
 
@@ -178,7 +179,9 @@ def test_bundled_samples_give_no_point_without_an_answer(env):
             replies.append(json.dumps(skeleton) if fmt == "json" else yaml.safe_dump(skeleton))
         for text in replies:
             assert_no_point(score(env, task, text), text)
-        assert_no_point(score(env, task, f"<think>{reference}</think>"), "think-only", "empty_response")
+        think_only = score(env, task, f"<think>{reference}</think>")
+        assert_no_point(think_only, "think-only")
+        assert think_only.reason == NO_ANSWER
 
 
 # ----- the NeMo Gym rows: their tool calls, and their schemas in every text format ---------------

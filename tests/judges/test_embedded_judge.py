@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cascade_envs.core import Completion
 from cascade_envs.env import run_sync
 from cascade_envs.judges import Judge, JudgeError, make_judge
 from cascade_envs.judges import embedded as embedded_module
 from cascade_envs.judges.embedded import EmbeddedJudge
 from cascade_envs.registry import Spec, judges
+from cascade_envs.testing import ScriptedPolicy
 
 MESSAGES = [{"role": "user", "content": "say yes"}]
 
@@ -57,37 +56,22 @@ def test_registered_name_makes_one_shared_model_and_replies_within_the_cap(regis
     assert isinstance(run_sync(second.acomplete(MESSAGES, max_tokens=2)), str)  # closing one closes nothing shared
 
 
-class ScriptedPolicy:
-    def __init__(self, text: str):
-        self.text = text
-        self.asked: list[Any] = []
-
-    async def agenerate(self, messages: Any, *, sampling: Any, thinking: bool = True) -> Completion:
-        self.asked.append((messages, sampling, thinking))
-        return Completion(self.text, finish_reason="length")
-
-
 def test_reasoning_is_split_off_and_an_unclosed_think_block_is_an_error(monkeypatch):
     judge = EmbeddedJudge.__new__(EmbeddedJudge)
     judge.model, judge.max_tokens, judge.device, judge.timeout_s = "embedded", 8, None, 5.0
-    judge.policy = ScriptedPolicy("<think>weighing</think>VERDICT: yes")
+    judge.policy = policy = ScriptedPolicy("<think>weighing</think>VERDICT: yes", finish_reason="length")
     assert run_sync(judge.acomplete(MESSAGES, max_tokens=100, temperature=0.6, top_p=0.95)) == "VERDICT: yes"
-    _, sampling, thinking = judge.policy.asked[0]
+    _, sampling, thinking = policy.calls[0]
     assert (sampling.max_tokens, sampling.temperature, sampling.top_p, thinking) == (8, 0.6, 0.95, True)
-    judge.policy = ScriptedPolicy("<think>still weighing")
+    judge.policy = ScriptedPolicy("<think>still weighing", finish_reason="length")
     with pytest.raises(JudgeError, match="never closed within 8 tokens"):
         run_sync(judge.acomplete(MESSAGES))
 
 
 def test_a_reply_not_ready_in_time_is_an_error():
-    class StuckPolicy(ScriptedPolicy):
-        async def agenerate(self, messages: Any, *, sampling: Any, thinking: bool = True) -> Completion:
-            await asyncio.sleep(60)
-            return await super().agenerate(messages, sampling=sampling, thinking=thinking)
-
     judge = EmbeddedJudge.__new__(EmbeddedJudge)
     judge.model, judge.max_tokens, judge.device, judge.timeout_s = "embedded", 8, None, 0.2
-    judge.policy = StuckPolicy("VERDICT: yes")
+    judge.policy = ScriptedPolicy("VERDICT: yes", delay_s=60)
     start = time.monotonic()
     with pytest.raises(JudgeError, match=r"no reply within 0\.2 s"):
         run_sync(judge.acomplete(MESSAGES))

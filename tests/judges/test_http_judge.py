@@ -12,7 +12,7 @@ import pytest
 
 from cascade_envs.judges import JUDGE_API_KEY_ENV, HTTPJudge, JudgeError
 from cascade_envs.judges.http_judge import reply_text, served_model
-from tests.judges.scripted_server import ScriptedChatServer, Step, completion
+from tests.chat_server import ScriptedChatServer, Step, completion
 
 ASK = [{"role": "user", "content": "Is the answer right?"}]
 

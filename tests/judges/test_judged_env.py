@@ -12,7 +12,6 @@ import pytest
 
 from cascade_envs import Reward, TaskError, register
 from cascade_envs.cli import main
-from cascade_envs.core import Message
 from cascade_envs.env import run_sync
 from cascade_envs.judges import (
     JUDGE_MODEL_ENV,
@@ -25,7 +24,8 @@ from cascade_envs.judges import (
     make_judge,
 )
 from cascade_envs.registry import Spec, UnknownIdError, envs, judges, sync_gymnasium
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from cascade_envs.testing import JudgeCall, ScriptedJudge
+from tests.chat_server import ScriptedChatServer, Step
 
 VERDICT = re.compile(r"VERDICT:\s*(yes|no)\b", re.IGNORECASE)
 
@@ -61,23 +61,12 @@ class VerdictEnv(JudgedEnv):
 TASK = {"id": "t1", "prompt": "What is 2 + 2?", "reference": "4"}
 
 
-class RecordingJudge:
-    """A judge object that answers from a function of the messages and records the sampling settings."""
+class RegisteredJudge(ScriptedJudge):
+    """A scripted judge made by name, as a plugin's entry point is: it keeps the options it was made with."""
 
-    def __init__(self, answer: Any = "VERDICT: yes", **options: Any):
-        self.answer, self.options = answer, options
-        self.calls: list[dict[str, Any]] = []
-        self.closed = False
-
-    async def acomplete(self, messages: list[Message], *, max_tokens: int | None = None,
-                        temperature: float = 0.0, top_p: float = 1.0) -> str:
-        self.calls.append({"messages": messages, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p})
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-    async def aclose(self) -> None:
-        self.closed = True
+    def __init__(self, script: str, **options: Any):
+        super().__init__(script)
+        self.options = options
 
 
 @pytest.fixture(autouse=True)
@@ -91,7 +80,7 @@ def registered_judge() -> Iterator[str]:
     name = "test/recording-judge"
     judges.ensure_loaded()
     # as a plugin's hook registers it: by "module:Attr", imported when first made
-    judges.register(name, Spec(name, f"{__name__}:RecordingJudge", {"answer": "VERDICT: no"}, plugin="<test>"))
+    judges.register(name, Spec(name, f"{__name__}:RegisteredJudge", {"script": "VERDICT: no"}, plugin="<test>"))
     try:
         yield name
     finally:
@@ -166,33 +155,32 @@ def test_group_scoring_spreads_over_the_judge_urls():
 
 
 def test_ajudge_passes_sampling_and_parses():
-    judge = RecordingJudge("VERDICT: yes")
+    judge = ScriptedJudge("VERDICT: yes")
     env = VerdictEnv(judge_url=judge)
     assert env.judge is judge
     ask = [{"role": "user", "content": "?"}]
     assert run_sync(env.ajudge(ask, parse_verdict)) is True
     assert run_sync(env.ajudge(ask, str.upper, max_tokens=7, top_p=0.5)) == "VERDICT: YES"
-    assert judge.calls[0] == {"messages": ask, "max_tokens": 32, "temperature": 0.0, "top_p": 1.0}
-    assert judge.calls[1] == {"messages": ask, "max_tokens": 7, "temperature": 0.0, "top_p": 0.5}
+    assert judge.calls == [JudgeCall(ask, 32, 0.0, 1.0), JudgeCall(ask, 7, 0.0, 0.5)]
 
 
 def test_ajudge_turns_failures_into_judge_errors():
     ask = [{"role": "user", "content": "?"}]
-    env = VerdictEnv(judge_url=RecordingJudge("no verdict here"))
+    env = VerdictEnv(judge_url=ScriptedJudge("no verdict here"))
     with pytest.raises(JudgeError, match=r"unparseable judge reply \(no 'VERDICT.*'no verdict here'$"):
         run_sync(env.ajudge(ask, parse_verdict))
-    env = VerdictEnv(judge_url=RecordingJudge(RuntimeError("GPU fell off")))
+    env = VerdictEnv(judge_url=ScriptedJudge(RuntimeError("GPU fell off")))
     with pytest.raises(JudgeError, match="raised RuntimeError: GPU fell off"):
         run_sync(env.ajudge(ask, parse_verdict))
     original = JudgeError("judge call failed: HTTP 500")
-    env = VerdictEnv(judge_url=RecordingJudge(original))
+    env = VerdictEnv(judge_url=ScriptedJudge(original))
     with pytest.raises(JudgeError) as info:
         run_sync(env.ajudge(ask, parse_verdict))
     assert info.value is original
 
 
 def test_a_parser_bug_is_not_disguised_as_a_judge_error():
-    env = VerdictEnv(judge_url=RecordingJudge("VERDICT: yes"))
+    env = VerdictEnv(judge_url=ScriptedJudge("VERDICT: yes"))
 
     def broken(reply: str) -> bool:
         raise KeyError("bug")
@@ -202,7 +190,7 @@ def test_a_parser_bug_is_not_disguised_as_a_judge_error():
 
 
 def test_aclose_closes_the_judge():
-    judge = RecordingJudge()
+    judge = ScriptedJudge("VERDICT: yes")
     env = VerdictEnv(judge_url=judge)
     env.close()
     assert judge.closed
@@ -230,8 +218,8 @@ def test_urls_make_an_http_judge_without_touching_the_network():
 
 def test_a_registered_judge_by_name(registered_judge):
     judge = make_judge(registered_judge, model="judge-7b", concurrency=3, timeout_s=30.0)
-    assert isinstance(judge, RecordingJudge)
-    assert judge.answer == "VERDICT: no"  # the registration's default
+    assert isinstance(judge, RegisteredJudge)
+    assert judge.script == "VERDICT: no"  # the registration's default
     assert judge.options == {"model": "judge-7b", "concurrency": 3, "timeout_s": 30.0}
     env = VerdictEnv(judge_url=registered_judge)
     assert score(env, "4").reason == "the judge found no match"

@@ -18,29 +18,16 @@ from cascade_envs.cli import main
 from cascade_envs.core import CascadeError, Completion, Message
 from cascade_envs.judges import HTTPJudge, JudgeError
 from cascade_envs.judges.server import ChatService, check_host, start_server
-from cascade_envs.policy import ContextOverflowError, PolicyError, SamplingParams
+from cascade_envs.policy import ContextOverflowError, PolicyError
+from cascade_envs.testing import ScriptedPolicy
 
 ASK = [{"role": "user", "content": "Is 2 + 2 = 4? Answer yes or no."}]
 
 
-class ScriptedPolicy:
-    """Answers 'echo: <last message>' after ``delay_s``, or raises ``error``; records what it was asked."""
-
-    def __init__(self, delay_s: float = 0.0, error: Exception | None = None, text: str | None = None):
-        self.delay_s, self.error, self.text = delay_s, error, text
-        self.calls: list[tuple[list[Message], SamplingParams, bool]] = []
-
-    async def agenerate(self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True) -> Completion:
-        self.calls.append((messages, sampling, thinking))
-        await asyncio.sleep(self.delay_s)
-        if self.error is not None:
-            raise self.error
-        text = self.text if self.text is not None else f"echo: {messages[-1]['content']}"
-        return Completion(text, finish_reason="length", token_ids=[7, 8],
-                          prompt_token_ids=[1, 2, 3])
-
-    async def aclose(self) -> None:
-        pass
+def echo(messages: list[Message]) -> Completion:
+    """'echo: <last message>', cut at the length limit, with token ids for the usage counts."""
+    return Completion(f"echo: {messages[-1]['content']}", finish_reason="length", token_ids=[7, 8],
+                      prompt_token_ids=[1, 2, 3])
 
 
 def post(service: ChatService, body: Any, path: str = "/v1/chat/completions") -> tuple[int, dict[str, Any]]:
@@ -49,7 +36,7 @@ def post(service: ChatService, body: Any, path: str = "/v1/chat/completions") ->
 
 
 def test_a_completion_in_the_openai_shape():
-    policy = ScriptedPolicy()
+    policy = ScriptedPolicy(echo)
     service = ChatService(policy, "judge-m", max_tokens=64)
     status, answer = post(service, {"model": "judge-m", "messages": ASK, "max_tokens": 16, "temperature": 0.5,
                                     "top_p": 0.9, "seed": 3})
@@ -69,29 +56,29 @@ def test_a_completion_in_the_openai_shape():
     ("VERDICT: no", "VERDICT: no", None),
 ])
 def test_reasoning_goes_apart_from_the_answer(text, content, reasoning):
-    status, answer = post(ChatService(ScriptedPolicy(text=text), "m"), {"messages": ASK})
+    status, answer = post(ChatService(ScriptedPolicy(text), "m"), {"messages": ASK})
     message = answer["choices"][0]["message"]
     assert status == 200 and message["content"] == content and message.get("reasoning_content") == reasoning
 
 
 def test_any_role_goes_to_the_chat_template():
-    policy = ScriptedPolicy()  # e.g. GenRM's "roles" format: response_1 / response_2 messages
+    policy = ScriptedPolicy(echo)  # e.g. GenRM's "roles" format: response_1 / response_2 messages
     messages = [*ASK, {"role": "response_1", "content": "yes"}, {"role": "response_2", "content": "no"}]
     assert post(ChatService(policy, "m"), {"messages": messages})[0] == 200
-    assert policy.calls[0][0] == messages
+    assert policy.calls[0].messages == messages
 
 
 def test_max_tokens_is_capped_and_defaults_to_the_cap():
-    policy = ScriptedPolicy()
+    policy = ScriptedPolicy(echo)
     service = ChatService(policy, "m", max_tokens=64)
     assert post(service, {"messages": ASK, "max_tokens": 10_000})[0] == 200
     assert post(service, {"messages": ASK})[0] == 200
     assert post(service, {"messages": ASK, "max_completion_tokens": 5})[0] == 200
-    assert [call[1].max_tokens for call in policy.calls] == [64, 64, 5]
+    assert [call.sampling.max_tokens for call in policy.calls] == [64, 64, 5]
 
 
 def test_models_and_unknown_routes():
-    service = ChatService(ScriptedPolicy(), "judge-m")
+    service = ChatService(ScriptedPolicy(echo), "judge-m")
     assert asyncio.run(service.handle("GET", "/v1/models", b""))[1]["data"][0]["id"] == "judge-m"
     status, answer = asyncio.run(service.handle("GET", "/v1/nothing", b""))
     assert status == 404 and "no route GET /v1/nothing" in answer["error"]["message"]
@@ -116,7 +103,7 @@ def test_models_and_unknown_routes():
     ({"messages": ASK, "n": 4}, 400, "n", "n = 1"),
 ])
 def test_bad_requests_name_the_field(body, status, param, words):
-    policy = ScriptedPolicy()
+    policy = ScriptedPolicy(echo)
     code, answer = post(ChatService(policy, "m"), body)
     assert code == status
     assert answer["error"]["param"] == param and words in answer["error"]["message"]
@@ -124,14 +111,14 @@ def test_bad_requests_name_the_field(body, status, param, words):
 
 
 def test_generation_failures_become_http_errors():
-    overflow = ChatService(ScriptedPolicy(error=ContextOverflowError("the prompt has 9000 tokens")), "m")
+    overflow = ChatService(ScriptedPolicy(ContextOverflowError("the prompt has 9000 tokens")), "m")
     status, answer = post(overflow, {"messages": ASK})
     assert status == 400 and "maximum context length" in answer["error"]["message"]
-    broken = ChatService(ScriptedPolicy(error=PolicyError("CUDA out of memory")), "m")
+    broken = ChatService(ScriptedPolicy(PolicyError("CUDA out of memory")), "m")
     status, answer = post(broken, {"messages": ASK})
     assert status == 500 and "CUDA out of memory" in answer["error"]["message"]
     assert broken.stats["failed"] == 1
-    buggy = ChatService(ScriptedPolicy(error=RuntimeError("index out of range")), "m")
+    buggy = ChatService(ScriptedPolicy(RuntimeError("index out of range")), "m")
     status, answer = post(buggy, {"messages": ASK})
     assert status == 500 and "RuntimeError: index out of range" in answer["error"]["message"]
     assert buggy.stats["in_flight"] == 0
@@ -139,7 +126,7 @@ def test_generation_failures_become_http_errors():
 
 def test_a_slow_reply_times_out_and_a_full_queue_answers_429():
     async def scenario() -> list[int]:
-        service = ChatService(ScriptedPolicy(delay_s=0.5), "m", max_queue=2, request_timeout_s=0.2)
+        service = ChatService(ScriptedPolicy(echo, delay_s=0.5), "m", max_queue=2, request_timeout_s=0.2)
         body = json.dumps({"messages": ASK}).encode()
         results = await asyncio.gather(*(service.handle("POST", "/v1/chat/completions", body) for _ in range(3)))
         return sorted(status for status, _ in results)
@@ -149,7 +136,7 @@ def test_a_slow_reply_times_out_and_a_full_queue_answers_429():
 
 def test_the_server_over_http_with_the_judge_client():
     async def scenario() -> tuple[list[str], int, int]:
-        service = ChatService(ScriptedPolicy(delay_s=0.05), "judge-m")
+        service = ChatService(ScriptedPolicy(echo, delay_s=0.05), "judge-m")
         server = await start_server(service, "127.0.0.1", 0, max_body_mb=0.01)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
         judge = HTTPJudge(url, timeout_s=5.0)  # no model: asks GET /v1/models

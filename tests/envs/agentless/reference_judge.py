@@ -1,4 +1,5 @@
-"""An in-process judge for agentless tests: 10 when the candidate changes exactly the reference's lines, else 0.
+"""An in-process judge for agentless tests, ``ScriptedJudge(reference_verdict)``: 10 when the candidate
+changes exactly the reference's lines, else 0.
 
 It reads the judge prompt the env writes, so it also checks that the prompt carries both patches.
 """
@@ -25,22 +26,12 @@ def changed_lines(patch: str) -> list[str]:
     return [line for line in patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
-class ReferenceJudge:
-    """A ``Judge``: compares the ``<candidate_patch>`` of the prompt with its ``<reference_patch>``."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def acomplete(self, messages: list[dict[str, Any]], *, max_tokens: int | None = None,
-                        temperature: float = 0.0, top_p: float = 1.0) -> str:
-        self.calls += 1
-        prompt = messages[-1]["content"]
-        reference = re.search(r"<reference_patch>\n(.*?)\n</reference_patch>", prompt, re.DOTALL)
-        candidate = re.search(r"<candidate_patch>\n(.*?)\n</candidate_patch>", prompt, re.DOTALL)
-        if reference is None or candidate is None:
-            return "I cannot find the patches."
-        same = changed_lines(reference.group(1)) == changed_lines(candidate.group(1))
-        return f"The candidate {'matches' if same else 'differs from'} the reference.\nSCORE: {10 if same else 0}"
-
-    async def aclose(self) -> None:
-        pass
+def reference_verdict(messages: list[dict[str, Any]]) -> str:
+    """Compares the ``<candidate_patch>`` of the judge prompt with its ``<reference_patch>``."""
+    prompt = messages[-1]["content"]
+    reference = re.search(r"<reference_patch>\n(.*?)\n</reference_patch>", prompt, re.DOTALL)
+    candidate = re.search(r"<candidate_patch>\n(.*?)\n</candidate_patch>", prompt, re.DOTALL)
+    if reference is None or candidate is None:
+        return "I cannot find the patches."
+    same = changed_lines(reference.group(1)) == changed_lines(candidate.group(1))
+    return f"The candidate {'matches' if same else 'differs from'} the reference.\nSCORE: {10 if same else 0}"

@@ -18,11 +18,12 @@ from cascade_envs.envs.agentless.env import AgentlessRepairEnv
 from cascade_envs.envs.agentless.prompt import JUDGE_SYSTEM
 from cascade_envs.envs.agentless.similarity import normalized_change, similarity_reward
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
-from cascade_envs.testing import check_env
+from cascade_envs.reasoning import NO_ANSWER
+from cascade_envs.testing import ScriptedJudge, check_env
+from tests.chat_server import ScriptedChatServer, Step
 from tests.envs.agentless.reference_judge import FIX as REFERENCE_FIX
 from tests.envs.agentless.reference_judge import WRONG_FIX as WRONG
-from tests.envs.agentless.reference_judge import ReferenceJudge
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from tests.envs.agentless.reference_judge import reference_verdict
 
 SAMPLES = [json.loads(line) for line in resolve_path("bundled:agentless/samples.jsonl").open(encoding="utf-8")]
 ROW = SAMPLES[0]  # warehouse: `>=` should be `>`
@@ -128,11 +129,13 @@ def test_a_judge_that_is_down_is_masked():
 def test_format_errors_score_zero_without_asking_the_judge(server: ScriptedChatServer):
     server.default = Step("SCORE: 10")
     env = judged(server)
-    for answer in ["", "I would change the comparison.", FIX.replace("warehouse/stock.py", "../warehouse/stock.py"),
+    for answer in ["I would change the comparison.", FIX.replace("warehouse/stock.py", "../warehouse/stock.py"),
                    FIX.replace("        if quantity >= level.available:\n=", "        if quantity >= available:\n=")]:
         reward = run_sync(env.areward(ROW, answer))
         assert (reward.value, reward.masked) == (0.0, False) and reward.reason.startswith("format error: ")
         assert reward.components["format_error"] == 1.0
+    for nothing in ["", "\u200b\u2060\ufeff", "<think>done</think>\u3164"]:
+        assert run_sync(env.areward(ROW, nothing)).reason == NO_ANSWER
     run_sync(env.aclose())
     assert server.requests == []
 
@@ -153,14 +156,14 @@ def test_no_judge_configured_says_how_to_start_one():
 
 def test_the_registered_conformance_case_passes():
     # the case tests/test_conformance.py runs for cascade/AgentlessRepair-v0
-    judge = ReferenceJudge()
+    judge = ScriptedJudge(reference_verdict)
     env = AgentlessRepairEnv(judge_url=judge)
     try:
         check_env(env, ROW, REFERENCE_FIX, bad_answer=WRONG,
                   bad_rows=[({**ROW, "gold_files": []}, "gold_files"), ({**ROW, "patch": "nonsense"}, "patch")])
     finally:
         env.close()
-    assert judge.calls > 0
+    assert judge.calls
 
 
 def test_the_judge_env_passes_the_conformance_check_over_http(server: ScriptedChatServer):
@@ -213,6 +216,8 @@ def test_similarity_averages_over_files_when_a_fix_touches_only_one_of_two():
 
 def test_similarity_format_errors_score_minus_one_or_what_is_configured():
     assert score(AgentlessRepairEnv(reward="similarity"), "no edits here").value == -1.0
+    nothing = score(AgentlessRepairEnv(reward="similarity"), "\u200b")  # no answer is no better than a bad one
+    assert (nothing.value, nothing.reason) == (-1.0, NO_ANSWER)
     zero = score(AgentlessRepairEnv(reward="similarity", format_error_reward=0.0), "no edits here")
     assert (zero.value, zero.masked) == (0.0, False) and zero.reason.startswith("format error")
 

@@ -9,7 +9,8 @@ from cascade_envs.envs.agentless import prompt
 from cascade_envs.envs.agentless.edits import parse_edits
 from cascade_envs.envs.agentless.env import AgentlessRepairEnv
 from cascade_envs.envs.agentless.rows import RepairSpec
-from tests.envs.agentless.reference_judge import FIX, ReferenceJudge
+from cascade_envs.testing import ScriptedJudge
+from tests.envs.agentless.reference_judge import FIX, reference_verdict
 
 SPEC = RepairSpec("Crash on empty input.", {"pkg/a.py": "def f(x):\n    return x[0]\n"},
                   "diff --git a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1,2 +1,2 @@\n def f(x):\n"
@@ -59,9 +60,9 @@ def test_replies_without_a_score_line_do_not_parse(reply: str):
 
 def test_max_edits_and_max_answer_chars_are_env_settings():
     two = FIX + "\n" + FIX.split("</think>")[1].replace("quantity > level.available", "quantity > level.available  ")
-    env = AgentlessRepairEnv(judge_url=ReferenceJudge(), max_edits=1)
+    env = AgentlessRepairEnv(judge_url=ScriptedJudge(reference_verdict), max_edits=1)
     assert "more than 1" in run_sync(env.areward(env.tasks[0], two)).reason
-    short = AgentlessRepairEnv(judge_url=ReferenceJudge(), max_answer_chars=50)
+    short = AgentlessRepairEnv(judge_url=ScriptedJudge(reference_verdict), max_answer_chars=50)
     assert "over the 50 parsed" in run_sync(short.areward(short.tasks[0], FIX)).reason
     assert run_sync(env.areward(env.tasks[0], FIX)).value == 1.0
     env.close()

@@ -28,7 +28,7 @@ from cascade_envs.envs.agentless.gym_modes import chosen_letter
 from cascade_envs.envs.agentless.patches import parse_patch
 from cascade_envs.envs.agentless.rows import SPEC, ChoiceSpec, RepairSpec, ReproSpec
 from cascade_envs.judges import HTTPJudge
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from tests.chat_server import ScriptedChatServer, Step
 
 
 def read(folder: Path, name: str) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
-"""Scripted GenRM judges for the tests: a rubric judge for "Which is larger, 9.11 or 9.9?".
+"""A scripted GenRM judge for the tests: a rubric for "Which is larger, 9.11 or 9.9?".
 
-``RubricJudge`` answers in-process (a ``Judge`` object); ``rubric_step`` is the rubric's answer as a
-``Step`` of ``tests.judges.scripted_server.ScriptedChatServer`` (a real local HTTP server), which a
+``rubric_reply`` answers in-process (``ScriptedJudge(rubric_reply)``); ``rubric_step`` is the rubric's
+answer as a ``Step`` of ``tests.chat_server.ScriptedChatServer`` (a real local HTTP server), which a
 test's script replaces with 5xx, latency, garbage bodies or unparseable replies where it says so.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.judges.scripted_server import Step
+from tests.chat_server import Step
 
 QUESTION = "Which is larger, 9.11 or 9.9? Answer briefly."
 ROW = {"id": "larger", "responses_create_params": {"input": [{"role": "user", "content": QUESTION}]}}
@@ -73,19 +73,3 @@ def rubric_reply(messages: list[dict[str, Any]]) -> str:
 def rubric_step(request: dict[str, Any], delay_s: float = 0.0) -> Step:
     """The rubric's reply to a chat-completions request body, after ``delay_s``."""
     return Step(rubric_reply(request["messages"]), delay_s=delay_s)
-
-
-class RubricJudge:
-    """An in-process ``Judge`` giving the rubric's verdicts; ``calls`` records each request."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    async def acomplete(self, messages: list[dict[str, Any]], *, max_tokens: int | None = None,
-                        temperature: float = 0.0, top_p: float = 1.0) -> str:
-        self.calls.append({"messages": messages, "max_tokens": max_tokens, "temperature": temperature,
-                           "top_p": top_p})
-        return rubric_reply(messages)
-
-    async def aclose(self) -> None:
-        pass

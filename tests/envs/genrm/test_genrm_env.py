@@ -14,11 +14,11 @@ from cascade_envs import TaskError
 from cascade_envs.env import run_sync
 from cascade_envs.envs.genrm.env import GenRMEnv
 from cascade_envs.judges import HTTPJudge, JudgeUnavailable
-from cascade_envs.reasoning import split_reasoning
-from cascade_envs.testing import check_env
-from tests.judges.scripted_server import ScriptedChatServer, Step, StepScript
+from cascade_envs.reasoning import NO_ANSWER, split_reasoning
+from cascade_envs.testing import ScriptedJudge, check_env
+from tests.chat_server import ScriptedChatServer, Step, StepScript
 
-from .scripted import QUESTION, RIGHT, RIGHT_LONG, ROW, WRONG, RubricJudge, responses_of, rubric_step
+from .scripted import QUESTION, RIGHT, RIGHT_LONG, ROW, WRONG, responses_of, rubric_reply, rubric_step
 
 GROUP = [RIGHT, RIGHT_LONG, WRONG, ""]
 
@@ -69,7 +69,7 @@ def test_a_correct_ranking_gives_the_expected_rewards():
     assert [r.components["base_score"] for r in rewards[:3]] == pytest.approx(bases)
     assert rewards[0].components["conciseness_bonus"] == 0.5 and rewards[0].components["tie_breaks"] == 1
     assert all(not r.masked and r.error is None for r in rewards)
-    assert rewards[3].value == 0.0 and "empty answer" in (rewards[3].reason or "")
+    assert rewards[3].value == 0.0 and rewards[3].reason == NO_ANSWER
     assert rewards[0].value > rewards[1].value > rewards[2].value > rewards[3].value
 
 
@@ -215,12 +215,29 @@ def test_empty_oversized_and_binary_answers_score_0_and_stand_as_none():
         rewards = score(env, answers)
     assert [r.value for r in rewards[1:4]] == [0.0, 0.0, 0.0] and not any(r.masked for r in rewards)
     assert "over max_answer_chars=5,000" in (rewards[1].reason or "")
-    assert "not text" in (rewards[2].reason or "") and "empty answer" in (rewards[3].reason or "")
+    assert "not text" in (rewards[2].reason or "") and rewards[3].reason == NO_ANSWER
     # 0 and 4 are compared with each other and with the three stand-ins; stand-ins never with each other
     assert len(server.requests) == 1 + 3 + 3
     shown = {text for r in server.requests for text in responses_of(r["messages"])}
     assert shown == {"9.9 is larger.", "9.11 is larger.", "None"}
     assert rewards[0].value > rewards[4].value > 0
+
+
+@pytest.mark.parametrize("nothing", ["\u200b", "\u200b\u200c\u200d\u2060\ufeff", "\u3164\u2800\u00a0\u00ad\u202e",
+                                     "<think>9.9 is larger.</think>\u200b", "<THINK>9.9 is larger.</THINK>"])
+def test_a_reply_with_nothing_visible_scores_0_and_the_judge_never_sees_it(nothing: str):
+    def favours_the_odd_one(request: dict) -> Step:  # 5 for anything but the two plain answers
+        first, second = responses_of(request["messages"])
+        s1, s2 = (1.0 if "is larger" in text else 5.0 for text in (first, second))
+        return Step(f'Done.</think>{{"score_1": {s1:g}, "score_2": {s2:g}, "ranking": {2 if s1 > s2 else 5}}}')
+
+    with judged(favours_the_odd_one) as (env, server):
+        rewards = score(env, [WRONG, nothing])
+        alone = score(env, [nothing, nothing])
+    assert [(r.value, r.masked, r.reason) for r in (rewards[1], *alone)] == [(0.0, False, NO_ANSWER)] * 3
+    (request,) = server.requests  # the wrong answer against the stand-in; two stand-ins are never compared
+    assert responses_of(request["messages"]) in [("9.11 is larger.", "None"), ("None", "9.11 is larger.")]
+    assert rewards[0].value > 0
 
 
 def test_a_lone_answer_cannot_be_compared():
@@ -257,7 +274,7 @@ def test_rows_must_end_with_a_user_turn():
 
 
 def test_the_bundled_samples_load():
-    env = GenRMEnv(judge_url=RubricJudge())
+    env = GenRMEnv(judge_url=ScriptedJudge(rubric_reply))
     try:
         assert env.tasks is not None and len(env.tasks) == 10
         assert all(env.prompt(task)[-1]["role"] == "user" for task in env.tasks)
@@ -277,11 +294,11 @@ def test_no_judge_is_a_one_line_error(monkeypatch):
                                     {"answer_bonus": -1}, {"parse_retries": -1}, {"group_timeout_s": 0}])
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
-        GenRMEnv([], judge_url=RubricJudge(), **kwargs)
+        GenRMEnv([], judge_url=ScriptedJudge(rubric_reply), **kwargs)
 
 
 def test_genrm_conforms():
-    judge = RubricJudge()
+    judge = ScriptedJudge(rubric_reply)
     env = GenRMEnv(judge_url=judge)
     try:
         check_env(env, ROW, RIGHT, bad_rows=[({"responses_create_params": {"input": [

@@ -125,6 +125,18 @@ def test_a_json_verdict_is_read():
     assert parse_verdict(reply) == Verdict(2.5, 5, 6)
 
 
+@pytest.mark.parametrize("reply", [
+    '{"score_1": 4, "score_2": 3, "ranking": 2, "details": {"helpful": [true, false]}}',
+    '{"reason": "both fill the {} placeholder", "score_1": 4, "score_2": 3, "ranking": 2}',
+    'Compared.</think>```json\n{"analysis": {"response_1": {"issues": []}, "response_2": {"issues": ["a } and a {"]}},'
+    '\n "score_1": 4, "score_2": 3, "ranking": 2}\n```',
+    'Response 1 wrote {"n": 3}. {"verdict": {"score_1": 4, "score_2": 3, "ranking": 2}',  # in a broken wrapper
+    'A quoted {"score_1": 1, "score_2": 1, "ranking": 1} first, then {"score_1": 4, "score_2": 3, "ranking": 2, "x": {}}',
+])
+def test_a_json_verdict_holding_braces_is_read(reply):
+    assert parse_verdict(reply) == Verdict(4, 3, 2)
+
+
 def test_the_later_of_json_and_sections_wins():
     json_verdict = '{"score_1": 1, "score_2": 5, "ranking": 6}'
     assert parse_verdict(f"{sections('5, 1', '1')}\n{json_verdict}") == Verdict(1, 5, 6)
@@ -145,7 +157,8 @@ def test_bad_json_replies_say_what_is_wrong(reply, message):
 
 
 @pytest.mark.parametrize("filler", ["{" * 200_000, "[The Begin of Individual Scores]" * 20_000,
-                                    '{"a": 1} ' * 50_000, "\\boxed{" * 100_000])
+                                    '{"a": 1} ' * 50_000, "\\boxed{" * 100_000, '{"' * 100_000,
+                                    '{"ranking": 1} ' * 30_000])
 def test_parsing_huge_hostile_replies_is_fast(filler):
     start = time.perf_counter()
     with pytest.raises(ValueError):

@@ -16,9 +16,10 @@ import pytest
 
 from cascade_envs.env import run_sync
 from cascade_envs.envs.genrm.env import GenRMEnv
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from cascade_envs.testing import ScriptedJudge
+from tests.chat_server import ScriptedChatServer, Step
 
-from .scripted import RubricJudge, responses_of
+from .scripted import responses_of, rubric_reply
 
 UPSTREAM_DEFAULTS = {"strategy": "circular", "reasoning_bonus": 0.0, "answer_bonus": 0.0,
                      "reasoning_length_coeff": 0.0, "answer_length_coeff": 0.0}
@@ -41,7 +42,7 @@ def read_rows(shared_data: Path, name: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def env():
-    env = GenRMEnv([], judge_url=RubricJudge())
+    env = GenRMEnv([], judge_url=ScriptedJudge(rubric_reply))
     yield env
     env.close()
 

@@ -12,6 +12,7 @@ from cascade_envs.core import Completion, TaskError
 from cascade_envs.data import DataError
 from cascade_envs.envs.instruction_following import text
 from cascade_envs.envs.instruction_following.env import InstructionFollowingEnv, response_variants
+from cascade_envs.reasoning import NO_ANSWER
 
 ROW = {
     "id": 7,
@@ -46,7 +47,7 @@ def test_registered_and_playable_through_gymnasium():
     observation, info = env.reset(seed=3)
     assert observation[-1]["role"] == "user"
     _, reward, terminated, truncated, info = env.step("<think>plan</think>\n")
-    assert terminated and not truncated and reward == 0.0 and info["reward"].reason == "empty answer"
+    assert terminated and not truncated and reward == 0.0 and info["reward"].reason == NO_ANSWER
     assert isinstance(gymnasium.make("cascade/InstructionFollowing-v0").unwrapped, InstructionFollowingEnv)
 
 

@@ -11,6 +11,7 @@ import pytest
 from cascade_envs.core import TaskError
 from cascade_envs.envs.instruction_following import ifeval
 from cascade_envs.envs.instruction_following.env import InstructionFollowingEnv
+from cascade_envs.reasoning import NO_ANSWER
 
 # Instructions that text with no content satisfies trivially (IFEval scores an empty reply as not
 # following them: ``if response.strip() and instruction.check_following(response)``).
@@ -55,7 +56,7 @@ def test_a_reply_with_nothing_visible_follows_nothing(envs, iid, kwargs):
         for answer in NOTHING_VISIBLE:
             reward = asyncio.run(env.areward(task, answer))
             assert reward.value == 0.0 and not reward.masked, (env.strict, iid, answer)
-            assert reward.reason == "empty answer"
+            assert reward.reason == NO_ANSWER
         real = "the stars shine over the quiet water and the moon is bright above the town"
         assert asyncio.run(env.areward(task, real)).value == 1.0  # a real reply still can
 

@@ -20,9 +20,10 @@ from cascade_envs.envs.long_context.env import MAX_INPUT_TOKENS, LongContextQAEn
 from cascade_envs.envs.long_context.prompt import fence_tag
 from cascade_envs.envs.long_context.tokens import CharEstimate, TokenizerCounter, estimate_tokens
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
-from cascade_envs.testing import check_env
-from tests.envs.long_context.matching import MatchingJudge
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from cascade_envs.reasoning import NO_ANSWER
+from cascade_envs.testing import ScriptedJudge, check_env
+from tests.chat_server import ScriptedChatServer, Step
+from tests.envs.long_context.matching import matching_verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOLLM2 = Path.home() / ".cache" / "cascade-envs" / "models" / "smollm2-135m-instruct"
@@ -171,6 +172,10 @@ def test_no_judge_configured_says_how_to_start_one(monkeypatch: pytest.MonkeyPat
     ("  \n", "no final answer"),
     ("<think>Alder Creek Pump Station, 31 hours.</think>", "no final answer"),
     ("<think>Alder Creek Pump Station, 31 hours.</think>\n\n  ", "no final answer"),
+    ("\u200b", NO_ANSWER),
+    ("\u200b\u200c\u200d\u2060\ufeff", NO_ANSWER),
+    ("<think>Alder Creek Pump Station, 31 hours.</think>\u3164\u2800\u00a0\u00ad\u202e", NO_ANSWER),
+    ("<THINK>Alder Creek Pump Station, 31 hours.</THINK>", NO_ANSWER),
     ("<think>Alder Creek Pump Station, 31 hours", "never closed"),
     (Completion("<think>done</think>Alder Creek Pump Sta", finish_reason="length"), "maximum length"),
     ("Alder Creek Pump Station. " * 1000, "verifier limit"),
@@ -384,5 +389,5 @@ def test_a_local_tokenizer_counts_exactly_and_the_estimate_stays_above_it():
 # ----- conformance ------------------------------------------------------------------------------------------
 
 def test_conformance():
-    check_env(LongContextQAEnv(judge_url=MatchingJudge()), ROW, GOOD, bad_answer=BAD,
+    check_env(LongContextQAEnv(judge_url=ScriptedJudge(matching_verdict)), ROW, GOOD, bad_answer=BAD,
               bad_rows=[({**ROW, "answer": None}, "expected_answer"), ({**ROW, "input_tokens": 10**6}, "input_tokens")])

@@ -24,7 +24,7 @@ from cascade_envs.data import DataError
 from cascade_envs.env import run_sync
 from cascade_envs.envs.long_context.env import LongContextQAEnv
 from cascade_envs.judges import HTTPJudge
-from tests.judges.scripted_server import ScriptedChatServer, Step
+from tests.chat_server import ScriptedChatServer, Step
 
 AALCR_RESULT_FIELDS = {"response", "reward", "invalid_judge_response", "invalid_model_response",
                        "judge_responses_create_params", "judge_response"}

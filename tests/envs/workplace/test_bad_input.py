@@ -26,6 +26,7 @@ from cascade_envs.envs.workplace.env import MAX_CALLS_PER_TURN, WorkplaceEnv, bu
 from cascade_envs.envs.workplace.tables import MAX_NEW_ROWS
 from cascade_envs.episode import Episode
 from cascade_envs.rollout import RolloutRunner
+from cascade_envs.testing import ScriptedPolicy
 from cascade_envs.tools import ToolCall
 from tests.envs.workplace.replies import final_reply
 
@@ -122,20 +123,15 @@ def test_the_whole_run_goes_on_through_bad_turns(env, tasks):
     finals = {task["responses_create_params"]["input"][-1]["content"]: final_reply(task, ANSWER)
               for task in tasks.values()}
 
-    class Policy:
+    def turn(messages):
         """Two malformed calls a turn for five turns (all ten cases), then an answer (a question's, stated)."""
-
-        async def agenerate(self, messages, *, sampling, thinking=True):
-            step = sum(m["role"] == "assistant" for m in messages)
-            if step == 5:
-                return Completion(finals[next(m["content"] for m in messages if m["role"] == "user")], "stop")
-            return Completion(bad[2 * step] + bad[2 * step + 1], finish_reason="stop")
-
-        async def aclose(self):
-            pass
+        step = sum(m["role"] == "assistant" for m in messages)
+        if step == 5:
+            return finals[next(m["content"] for m in messages if m["role"] == "user")]
+        return bad[2 * step] + bad[2 * step + 1]
 
     async def run():
-        async with RolloutRunner(Policy(), envs={ENV_ID: env}, group_size=4) as runner:
+        async with RolloutRunner(ScriptedPolicy(turn), envs={ENV_ID: env}, group_size=4) as runner:
             return await runner.arun([(ENV_ID, task) for task in tasks.values()])
 
     with within(5.0):

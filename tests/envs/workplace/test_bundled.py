@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 import cascade_envs
-from cascade_envs import Completion, Reward
+from cascade_envs import Reward
 from cascade_envs.data import read_rows
 from cascade_envs.envs.workplace.env import WorkplaceEnv
 from cascade_envs.envs.workplace.toolset import WRITE_TOOLS
 from cascade_envs.rollout import RolloutRunner
+from cascade_envs.testing import ScriptedPolicy
 from tests.envs.workplace.replies import final_reply
 
 ENV_ID = "cascade/Workplace-v0"
@@ -51,21 +52,16 @@ def request(messages: list[dict[str, Any]]) -> str:
     return next(m["content"] for m in messages if m["role"] == "user")
 
 
-class ScriptedPolicy:
+def scripted_policy(scripts: dict[str, list[Call]], finals: dict[str, str]) -> ScriptedPolicy:
     """Plays, for each request, its script: one tool call a turn, then its final answer."""
 
-    def __init__(self, scripts: dict[str, list[Call]], finals: dict[str, str]):
-        self.scripts, self.finals = scripts, finals
-
-    async def agenerate(self, messages, *, sampling, thinking=True) -> Completion:
+    def turn(messages: list[dict[str, Any]]) -> str:
         asked = request(messages)
-        script = self.scripts[asked]
+        script = scripts[asked]
         step = sum(m["role"] == "assistant" for m in messages)
-        text = tool_call_text(script[step]) if step < len(script) else f"<think>Finished.</think>{self.finals[asked]}"
-        return Completion(text, finish_reason="stop")
+        return tool_call_text(script[step]) if step < len(script) else f"<think>Finished.</think>{finals[asked]}"
 
-    async def aclose(self) -> None:
-        pass
+    return ScriptedPolicy(turn)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +76,7 @@ def play(env: WorkplaceEnv, scripts: dict[str, list[Call]], tasks: list[dict[str
     finals = finals or {user_request(t): final_reply(t, FINAL_ANSWER) for t in tasks}
 
     async def run() -> dict[Any, Reward]:
-        async with RolloutRunner(ScriptedPolicy(scripts, finals), envs={ENV_ID: env}) as runner:
+        async with RolloutRunner(scripted_policy(scripts, finals), envs={ENV_ID: env}) as runner:
             groups = await runner.arun([(ENV_ID, task) for task in tasks])
         return {group.task["id"]: group.episodes[0].reward for group in groups}
 

@@ -19,6 +19,7 @@ from cascade_envs import Completion
 from cascade_envs.envs.workplace.env import WorkplaceEnv
 from cascade_envs.policy import render_chat_prompt
 from cascade_envs.rollout import RolloutRunner
+from cascade_envs.testing import ScriptedPolicy
 from tests.envs.workplace.replies import final_reply
 
 transformers = pytest.importorskip("transformers")
@@ -34,29 +35,25 @@ def _tokenizer() -> Any:
     return transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
-class SolutionPolicy:
-    """Plays a row's solution one call per turn, then its final reply, with real token ids."""
+def solution_turns(row: dict[str, Any]) -> list[str]:
+    """A row's solution one call per turn, then its final reply."""
+    calls = [f'<think>Step {i + 1}.</think><tool_call>{{"name": "{call["name"]}", "arguments": {call["arguments"]}}}'
+             "</tool_call>" for i, call in enumerate(row["solution"])]
+    return [*calls, f"<think>Done.</think>{final_reply(row)}"]
 
-    def __init__(self, tokenizer: Any, row: dict[str, Any]):
-        self.tok, self.row = tokenizer, row
-        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.replies: list[str] = []
 
-    async def agenerate(self, messages: list[dict[str, Any]], *, sampling: Any, thinking: bool = True) -> Completion:
-        turn = sum(m["role"] == "assistant" for m in messages)
-        calls = self.row["solution"]
-        if turn < len(calls):
-            call = calls[turn]
-            text = f'<think>Step {turn + 1}.</think><tool_call>{{"name": "{call["name"]}", "arguments": {call["arguments"]}}}</tool_call>'
-        else:
-            text = f"<think>Done.</think>{final_reply(self.row)}"
-        self.replies.append(text)
-        prompt = self.tok(render_chat_prompt(self.tok, messages, thinking), add_special_tokens=False)["input_ids"]
-        ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.eos]
+def tokenising_policy(tok: Any, turns: list[str]) -> ScriptedPolicy:
+    """Plays ``turns`` with real token ids: the chat template's for the prompt (thinking mode, the
+    env's), the reply's tokens plus end-of-turn for the completion."""
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+
+    def turn(messages: list[dict[str, Any]]) -> Completion:
+        text = turns[sum(m["role"] == "assistant" for m in messages)]
+        prompt = tok(render_chat_prompt(tok, messages), add_special_tokens=False)["input_ids"]
+        ids = tok(text, add_special_tokens=False)["input_ids"] + [eos]
         return Completion(text, "stop", ids, [-0.5] * len(ids), prompt)
 
-    async def aclose(self) -> None:
-        pass
+    return ScriptedPolicy(turn)
 
 
 def _multi_step_row() -> dict[str, Any]:
@@ -67,7 +64,8 @@ def _multi_step_row() -> dict[str, Any]:
 
 def test_a_workplace_episode_is_one_sequence_with_tool_results_masked():
     tok, row = _tokenizer(), _multi_step_row()
-    policy = SolutionPolicy(tok, row)
+    turns = solution_turns(row)
+    policy = tokenising_policy(tok, turns)
 
     async def play() -> Any:
         async with RolloutRunner(policy, envs={"workplace": WorkplaceEnv()}) as runner:
@@ -80,7 +78,8 @@ def test_a_workplace_episode_is_one_sequence_with_tool_results_masked():
     (seq,) = episode.trajectory.sequences()
     trained = [t for t, m in zip(seq.response_ids, seq.loss_mask, strict=True) if m]
     masked = tok.decode([t for t, m in zip(seq.response_ids, seq.loss_mask, strict=True) if not m])
-    expected = [t for text in policy.replies for t in tok(text, add_special_tokens=False)["input_ids"] + [policy.eos]]
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    expected = [t for text in turns for t in tok(text, add_special_tokens=False)["input_ids"] + [eos]]
     assert trained == expected  # exactly the policy's tokens are trained, once each
     tool_results = [m["content"] for m in episode.messages if m["role"] == "tool"]
     assert len(tool_results) == len(row["solution"])

@@ -18,6 +18,7 @@ from cascade_envs.envs.workplace import crm, email
 from cascade_envs.envs.workplace.compare import compare, normalise
 from cascade_envs.envs.workplace.env import WorkplaceEnv
 from cascade_envs.envs.workplace.tables import Workplace
+from cascade_envs.reasoning import NO_ANSWER
 from cascade_envs.testing import check_env
 
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
@@ -171,10 +172,12 @@ def test_read_only_calls_never_change_the_reward(env, rows):
 
 
 def test_a_final_reply_is_needed(env, rows):
-    for empty in ("", "  \n", "<think>done</think>"):
+    assert play(env, rows[2], solution(rows[2]), "Reassigned.")[0].value == 1.0
+    for empty in ("", "  \n", "<think>done</think>", "\u200b", "\u200b\u200c\u200d\u2060\ufeff",
+                  "<think>done</think>\u3164\u2800\u00a0\u00ad", "<THINK>done</THINK>"):
         reward, episode, _ = play(env, rows[2], solution(rows[2]), empty)
         assert episode.terminated and reward.value == 0.0 and not reward.masked
-        assert "no final answer" in reward.reason
+        assert reward.reason == NO_ANSWER, ascii(empty)
 
 
 def test_read_only_task(env, rows):

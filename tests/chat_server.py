@@ -6,6 +6,25 @@ by ``steps[n]`` (then by ``default``), or, when ``steps`` is a function of the r
 the test's choosing. It records the requests, their headers, and the most requests it had in flight
 at once. ``GET .../models`` lists ``models``. A client that gives up on a slow reply is no error; a
 script or handler that raises fails the test when the server's ``with`` block ends.
+
+``by_model()`` is the script of the ``chat_server`` fixture (tests/conftest.py): the request's
+``model`` picks the behaviour:
+  echo-answer  -> replies with the text after "ANSWER:" in the last user message (or "none")
+  flaky-N      -> fails with 503 on the first N requests of each conversation, then echo-answer
+  error-500    -> always 500
+  slow         -> answers after 2 s, longer than any test timeout
+  garbage      -> a 200 with a body that is not JSON
+  no-choices   -> a 200 JSON body without choices
+  huge         -> a 4 MB answer
+  tool-user    -> first turn: a tool call; after a tool message: a final answer
+
+Paths under ``/http/`` (any method) exercise the generic HTTP client; ``calls[path]`` counts them:
+  /http/ok                 -> 200 {"ok": true, "body": <the request's JSON or null>}
+  /http/flaky/KEY/N        -> 503 (Retry-After: 0) on the first N calls, then 200 {"ok": true, "attempt": K}
+  /http/status/CODE        -> that status with {"error": {"message": "... maximum context length ..."}}
+  /http/garbage            -> 200 with a body that is not JSON
+  /http/trickle/DELAY/N    -> 200 announcing N bytes of JSON, then one byte every DELAY seconds
+  /http/sleep/SECONDS      -> 200 {"ok": true} after SECONDS
 """
 
 from __future__ import annotations
@@ -14,6 +33,7 @@ import json
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,6 +62,45 @@ def completion(content: Any, **message: Any) -> dict[str, Any]:
                          "finish_reason": "stop"}]}
 
 
+def by_model() -> StepScript:
+    """A script answering as the request's ``model`` says (the module docstring lists the models)."""
+    attempts: Counter[str] = Counter()  # per conversation (its first two messages)
+
+    def step(request: dict[str, Any]) -> Step:
+        model, messages = request.get("model", ""), request["messages"]
+        key = json.dumps(messages[:2], sort_keys=True)
+        attempts[key] += 1
+        if model.startswith("flaky-") and attempts[key] <= int(model.split("-")[1]):
+            return Step(status=503, raw=b'{"error": "overloaded"}')
+        if model == "error-500":
+            return Step(status=500, raw=b'{"error": "boom"}')
+        if model == "garbage":
+            return Step(raw=b"<html>not json")
+        if model == "no-choices":
+            return Step(body={"object": "chat.completion"})
+        return Step(body=_model_completion(model, messages), delay_s=2.0 if model == "slow" else 0.0)
+
+    return step
+
+
+def _model_completion(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    if model == "huge":
+        content = "x" * (4 * 1024 * 1024)
+    elif model == "tool-user" and messages[-1]["role"] != "tool":
+        content = '<tool_call>{"name": "lookup", "arguments": {"key": "answer"}}</tool_call>'
+    elif model == "tool-user":
+        content = f"The answer is {messages[-1]['content']}"
+    else:
+        content = last_user.split("ANSWER:", 1)[1].strip() if "ANSWER:" in last_user else "none"
+    tokens = content.split()[:64] or [""]
+    body = completion(content)
+    body["choices"][0].update(logprobs={"content": [{"token": t, "logprob": -0.5} for t in tokens]},
+                              token_ids=list(range(len(tokens))))
+    return {**body, "model": model, "prompt_token_ids": [1, 2, 3],
+            "usage": {"prompt_tokens": 3, "completion_tokens": len(tokens)}}
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ScriptedChatServer
     protocol_version = "HTTP/1.1"  # keep-alive, as a real server
@@ -49,20 +108,26 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def _send(self, status: int, data: bytes) -> None:
+    def _send(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
     def do_GET(self) -> None:
+        if self.path.startswith("/http/"):
+            return self._http_route()
         self.server.model_lookups += 1
         if self.path.rstrip("/").endswith("/models"):
             return self._send(200, json.dumps({"object": "list", "data": [{"id": m} for m in self.server.models]}).encode())
         return self._send(404, b'{"error": "no such route"}')
 
     def do_POST(self) -> None:
+        if self.path.startswith("/http/"):
+            return self._http_route()
         length = int(self.headers.get("Content-Length", 0))
         request = json.loads(self.rfile.read(length))
         step = self.server.begin(request, dict(self.headers))
@@ -75,6 +140,41 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(step.status, json.dumps(body).encode())
         finally:
             self.server.end()
+
+    def _http_route(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        raw = self.rfile.read(length) if length else b""
+        with self.server.lock:
+            self.server.calls[self.path] += 1
+            attempt = self.server.calls[self.path]
+        _, _, kind, *args = self.path.split("/")
+        if kind == "ok":
+            return self._send(200, json.dumps({"ok": True, "body": json.loads(raw) if raw else None}).encode())
+        if kind == "flaky" and attempt <= int(args[1]):
+            return self._send(503, b'{"error": "overloaded"}', headers={"Retry-After": "0"})
+        if kind == "flaky":
+            return self._send(200, json.dumps({"ok": True, "attempt": attempt}).encode())
+        if kind == "status":
+            message = "This model's maximum context length is 4096 tokens; your request has 5000 tokens."
+            return self._send(int(args[0]), json.dumps({"error": {"message": message, "code": int(args[0])}}).encode())
+        if kind == "garbage":
+            return self._send(200, b"<html>not json")
+        if kind == "trickle":
+            delay, size = float(args[0]), int(args[1])
+            body = b'{"ok": true}'.rjust(size)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for i in range(len(body)):
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(delay)
+            return None
+        if kind == "sleep":
+            time.sleep(float(args[0]))
+            return self._send(200, b'{"ok": true}')
+        return self._send(404, b'{"error": "no such test route"}')
 
 
 class ScriptedChatServer(ThreadingHTTPServer):
@@ -90,6 +190,7 @@ class ScriptedChatServer(ThreadingHTTPServer):
         self.default, self.models = default, list(models)
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.calls: Counter[str] = Counter()
         self.model_lookups = 0
         self.in_flight = self.max_in_flight = 0
         self.errors: list[BaseException] = []
