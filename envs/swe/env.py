@@ -27,7 +27,7 @@ An episode:
 - reward: after a finished episode the agent's change is read from its workspace, screened, and
   graded in a clean room, a fresh copy of the base, by the project's test runner
   (``grading.py``, ``changes.py``): 1 iff every FAIL_TO_PASS and PASS_TO_PASS test passes; a
-  finished episode whose last reply is empty and called no ``finish`` earns 0 without a test run;
+  finished episode whose last reply shows nothing earns 0 without a test run (the kernel's rule);
   a workspace lost mid-episode (the sandbox died) masks the sample;
 - cleanup (``on_end``): the session closes and its workspace is removed.
 
@@ -248,8 +248,6 @@ class SweEnv(Env):
         state: SweEpisode | None = episode.state
         if state is None:
             return Reward.failed("the episode's workspace was released before it was scored")
-        if state.tools.finished is None and not answer.strip():
-            return Reward.zero("no final answer: the last reply is empty and finish was not called", **self._counts(state))
         if state.session.lost:
             return Reward.failed(f"the workspace was lost: {state.session.lost}")
         reward = await grade(self.sandbox, state.task, state.session, state.base, hidden=self.hidden,
