@@ -18,15 +18,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from cascade_envs import Completion, Env, Reward, register
+from cascade_envs import Completion, Env, Prompt, Reward, register
 from cascade_envs.rollout import RolloutRunner
 
 
-class TrivialEnv(Env):
+@dataclass(frozen=True)
+class TrivialTask:
+    prompt: Prompt
+    answer: str
+
+
+class TrivialEnv(Env[TrivialTask]):
+    def load_task(self, row):
+        return TrivialTask(Prompt.of(row), row["answer"])
+
     async def ascore(self, task, answer):
-        return Reward(float(answer == task["answer"]))
+        return Reward(float(answer == task.answer))
 
 
 class InstantPolicy:

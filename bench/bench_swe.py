@@ -44,7 +44,7 @@ def call(command: str) -> str:
 
 async def ours(env: SweEnv, row: dict) -> tuple[float, list[float], float]:
     start = time.perf_counter()
-    episode = await env.astart(row)
+    episode = await env.astart(env.load(row))
     setup = time.perf_counter() - start
     steps = []
     for command in COMMANDS:

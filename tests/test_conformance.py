@@ -168,7 +168,7 @@ def test_check_env_catches_an_env_that_masks_a_wrong_answer():
 
     class Touchy(ExactAnswerEnv):
         async def ascore(self, task, answer):
-            if answer != task["answer"]:
+            if answer != task.answer:
                 raise ValueError("cannot parse")
             return cascade_envs.Reward(1.0)
 
@@ -177,11 +177,13 @@ def test_check_env_catches_an_env_that_masks_a_wrong_answer():
 
 
 def test_check_env_catches_a_row_error_that_is_not_a_task_error():
-    from tests.toy_envs import ExactAnswerEnv
+    from cascade_envs import Prompt
+    from tests.toy_envs import ExactAnswerEnv, ExactTask
 
     class Sloppy(ExactAnswerEnv):
         def load_task(self, row):
-            return {**row, "answer": row["answer"].strip()}  # KeyError / AttributeError on bad rows
+            answer = row["answer"].strip()  # KeyError / AttributeError on bad rows
+            return ExactTask(Prompt.of(row), answer)
 
     with pytest.raises(ConformanceError, match="not TaskError"):
         check_env(Sloppy(), {"prompt": "q", "answer": "4"}, "4")

@@ -6,6 +6,7 @@ Importing this module registers every checker family, so a worker that preloads 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from .registry import get_instruction, load_families
@@ -28,7 +29,7 @@ def response_variants(response: str, strict: bool) -> list[str]:
     return trimmed + [text.replace("*", "") for text in trimmed]
 
 
-def follow_checks(checks: list[dict[str, Any]], answer: str, strict: bool) -> list[bool]:
+def follow_checks(checks: Sequence[dict[str, Any]], answer: str, strict: bool) -> list[bool]:
     """Whether ``answer`` follows each ``{"id", "kwargs"}`` check (any variant passing, when loose).
 
     A blank answer (or loose variant) follows nothing, as in IFEval: a reply with no visible

@@ -39,7 +39,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs import Env, Reward, Row, TaskError
 from cascade_envs.core import Completion, Message
 from cascade_envs.episode import Episode, Turn
 from cascade_envs.reasoning import split_reasoning
@@ -81,7 +81,7 @@ class SweEpisode:
         return self.tools.session
 
 
-class SweEnv(Env):
+class SweEnv(Env[SweTask]):
     """Repository repair through OpenHands' tools in a sandbox workspace, rewarded by the repository's tests.
 
     ``sandbox``: a backend name or instance (default ``bwrap``). ``command_timeout_s``: a terminal
@@ -128,26 +128,14 @@ class SweEnv(Env):
         self.max_calls_per_turn = int(max_calls_per_turn)
         self.max_result_chars = int(max_result_chars)
         self._toolboxes: dict[str, Any] = {}
-        self._rows: dict[int, tuple[dict[str, Any], SweTask]] = {}
         super().__init__(tasks, **kwargs)
 
     # ----- rows ---------------------------------------------------------------------------------
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        self._read(row)
-        return row
-
-    def _read(self, row: dict[str, Any]) -> SweTask:
-        """The row, read once (rows are never changed in place); ``TaskError`` when it is bad."""
-        cached = self._rows.get(id(row))
-        if cached is not None and cached[0] is row:
-            return cached[1]
+    def load_task(self, row: Row) -> SweTask:
         task = read_task(row)
         if task.files is None and task.source is None and self.sandbox.name != "docker":
             raise TaskError(f"the repository is only in the image {task.image!r}: use sandbox='docker'", "repo_snapshot")
-        if len(self._rows) > 4096:
-            self._rows.clear()
-        self._rows[id(row)] = (row, task)
         return task
 
     def toolbox(self, workdir: str) -> Any:
@@ -156,18 +144,17 @@ class SweEnv(Env):
                                                         timeout_s=self.max_command_timeout_s + 60)
         return self._toolboxes[workdir]
 
-    def prompt(self, task: Task) -> list[Message]:
-        read = self._read(task)
+    def prompt(self, task: SweTask) -> list[Message]:
         messages: list[Message] = [
             {"role": "system", "content": self.system_prompt or SYSTEM_PROMPT},
-            {"role": "user", "content": USER_PROMPT.format(workdir=read.workdir, issue=read.problem_statement.strip())},
+            {"role": "user", "content": USER_PROMPT.format(workdir=task.workdir, issue=task.problem_statement.strip())},
         ]
-        return with_tools(messages, self.toolbox(read.workdir).specs())
+        return with_tools(messages, self.toolbox(task.workdir).specs())
 
     # ----- episodes -----------------------------------------------------------------------------
 
-    async def on_reset(self, episode: Episode) -> None:
-        task = self._read(episode.task)
+    async def on_reset(self, episode: Episode[SweTask]) -> None:
+        task = episode.task
         workspace = Workspace(workdir=task.workdir, source=task.source,
                               image=task.image if self.sandbox.name == "docker" else None)
         session = await self.sandbox.asession(workspace=workspace, files=task.files)

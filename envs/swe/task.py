@@ -18,7 +18,7 @@ Beyond SWE-bench, for repositories that travel with the row instead of in an ima
   ``pytest``: how test ids are read from its output, ``grading.py``), ``workdir`` (default
   ``/testbed``), ``setup_cmd`` (a shell command run after the copy; failing masks the episode).
 
-A row needs a ``repo_snapshot`` or an ``image``; it is read once per content (``RowCache``).
+A row needs a ``repo_snapshot`` or an ``image``; it is read once, when its env loads it.
 """
 
 from __future__ import annotations

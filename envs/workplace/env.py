@@ -43,15 +43,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs import Env, Reward, Row, TaskError
 from cascade_envs.core import Completion, Message
-from cascade_envs.data import prompt_messages
 from cascade_envs.episode import Episode, Turn
 from cascade_envs.reasoning import split_reasoning
 
 from .compare import compare
 from .tables import Workplace
-from .task import AnnouncedTools, RowCache, WorkplaceTask, read_task
+from .task import AnnouncedTools, WorkplaceTask, read_task
 from .toolset import make_toolbox, replay, without_nulls
 
 MAX_TURNS = 6
@@ -70,7 +69,7 @@ class WorkplaceEpisode:
     errors: int = 0
 
 
-class WorkplaceEnv(Env):
+class WorkplaceEnv(Env[WorkplaceTask]):
     """Tool use over a simulated workplace, rewarded when the final state is the expected one.
 
     ``tables``: a tables folder (default: the bundled one, ``data/tables``) or a loaded
@@ -96,36 +95,19 @@ class WorkplaceEnv(Env):
         self.workplace = tables if isinstance(tables, Workplace) else Workplace.load(tables or bundled_tables())
         self.toolbox = make_toolbox(max_result_chars=max_result_chars)
         self.tools = AnnouncedTools(self.toolbox)
-        self.rows = RowCache()
         super().__init__(tasks, **kwargs)
-
-    def task_cache_key(self) -> tuple[Any, ...]:
-        """Whether a row loads depends on the tables too (its ground truth must run on them)."""
-        return (type(self), str(self.workplace.folder.resolve()))
 
     # ----- rows ---------------------------------------------------------------------------------
 
-    def load_task(self, row: dict[str, Any]) -> Task:
+    def load_task(self, row: Row) -> WorkplaceTask:
         """Check the row (``task.py``) and that its ground truth runs on this env's tables."""
-        self._read(row)
-        return row
-
-    def _read(self, row: dict[str, Any]) -> WorkplaceTask:
-        """The row, read and checked once (``RowCache``); ``TaskError`` when it is bad."""
-        task = self.rows.get(row)
-        if task is None:
-            task = read_task(row, self.tools)
-            self._expected(task)
-            self.rows.put(row, task)
+        task = read_task(row, self.tools)
+        self._expected(task)
         return task
 
-    def prompt(self, task: Task) -> list[Message]:
-        """The row's messages (after ``system_prompt``, as ``Env.prompt``), with its own tool specs or ours."""
-        messages = prompt_messages(task)
-        if self.system_prompt and not (messages and messages[0]["role"] == "system"):
-            messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        read = self._read(task)
-        return self.tools.announce(messages, read.toolbox, read.specs)
+    def prompt(self, task: WorkplaceTask) -> list[Message]:
+        """``Env.prompt`` of the row's messages, with the tools the task announces (its own specs or ours)."""
+        return self.tools.announce(super().prompt(task), task.toolbox, task.specs)
 
     def _expected(self, task: WorkplaceTask) -> Workplace:
         """A fresh workplace after the ground truth; ``TaskError`` if a call of it fails."""
@@ -138,8 +120,8 @@ class WorkplaceEnv(Env):
 
     # ----- episodes -----------------------------------------------------------------------------
 
-    async def on_reset(self, episode: Episode) -> None:
-        task = self._read(episode.task)
+    async def on_reset(self, episode: Episode[WorkplaceTask]) -> None:
+        task = episode.task
         episode.state = WorkplaceEpisode(task, self.workplace.fresh(task.now))
 
     async def on_end(self, episode: Episode) -> None:

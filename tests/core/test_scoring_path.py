@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import cascade_envs
-from cascade_envs import Env, Reward
+from cascade_envs import Reward
 from cascade_envs.core import Completion
 from cascade_envs.rollout import RolloutRunner
 from tests.toy_envs import CharTemplatePolicy, ExactAnswerEnv
@@ -143,11 +143,11 @@ def test_a_group_scorer_returning_the_wrong_count_masks():
 EVENTS: list[str] = []
 
 
-class Stateful(Env):
+class Stateful(ExactAnswerEnv):
     """Keeps per-episode state in ``episode.state``; scores from it."""
 
     async def on_reset(self, episode):
-        episode.state = {"db": episode.task["answer"]}
+        episode.state = {"db": episode.task.answer}
         EVENTS.append("reset")
 
     async def ascore_episode(self, episode, answer):

@@ -41,7 +41,7 @@ def env():
 
 
 def score(env, task, text):
-    return asyncio.run(env.areward(env.load_task(task), text))
+    return asyncio.run(env.areward(task, text))
 
 
 # ----- the public rows -------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def test_identical_sources_compile_once_when_judged_concurrently(env):
     before = len(env.judge._binaries)
 
     async def go():
-        return await asyncio.gather(*(env.areward(env.load_task(SUM), cpp(source)) for _ in range(4)))
+        return await asyncio.gather(*(env.areward(SUM, cpp(source)) for _ in range(4)))
 
     assert [r.value for r in asyncio.run(go())] == [1.0] * 4
     assert len(env.judge._binaries) == before + 1
@@ -289,7 +289,7 @@ def test_one_env_serves_concurrent_episodes_with_one_judge_and_closes_its_client
     env = CodeEnv(tasks=[TASK_FOR_SHARING], verifier_url="http://127.0.0.1:9")
 
     async def play():
-        episodes = [await env.astart(TASK_FOR_SHARING) for _ in range(3)]
+        episodes = [await env.astart(env.load(TASK_FOR_SHARING)) for _ in range(3)]
         return {id(env.judge) for _ in episodes}, env.client
 
     judges, client = asyncio.run(play())

@@ -226,8 +226,8 @@ def test_gymnasium_make_with_module_prefix_scores_an_episode(installed: Plugin, 
         rewards = []
         for answer in ("solution", "1 + 1"):
             obs, info = env.reset(seed=7)
-            task = env.unwrapped.episode.task
-            text = task["solution"] if answer == "solution" else answer
+            row = next(t.row for t in env.unwrapped.tasks if t.task_id == info["task_id"])
+            text = row["solution"] if answer == "solution" else answer
             _, reward, terminated, truncated, info = env.step(f"<think>...</think><answer>{text}</answer>")
             rewards.append([reward, terminated, truncated, info["reward"].reason])
         print(json.dumps({"type": type(env.unwrapped).__name__, "prompt": obs[0]["content"], "rewards": rewards}))

@@ -62,7 +62,7 @@ def play(env, rows, turns, group_size=1, **runner_kwargs):
 
 
 def test_the_prompt_announces_the_sdk_tools(env):
-    messages = env.prompt(row("inilite"))
+    messages = env.prompt(env.load_task(row("inilite")))
     assert [m["role"] for m in messages] == ["system", "user"]
     assert "<tools>" in messages[0]["content"] and '"name": "file_editor"' in messages[0]["content"]
     assert "/testbed" in messages[1]["content"] and "Values that contain `=`" in messages[1]["content"]
