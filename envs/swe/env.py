@@ -42,7 +42,6 @@ from typing import Any, ClassVar
 from cascade_envs import Env, Reward, Row, TaskError
 from cascade_envs.core import Completion, Message
 from cascade_envs.episode import Episode, Turn
-from cascade_envs.reasoning import split_reasoning
 from cascade_envs.sandbox import Sandbox, SandboxError, Session, Workspace, get_sandbox
 from cascade_envs.tools import with_tools
 
@@ -79,6 +78,12 @@ class SweEpisode:
     @property
     def session(self) -> Session:
         return self.tools.session
+
+    def stop_reason(self) -> str | None:
+        """Why the calls left in a reply must not run: the episode finished, or its workspace is gone."""
+        if self.tools.finished is not None:
+            return "the episode finished"
+        return "the workspace was lost" if self.session.lost else None
 
 
 class SweEnv(Env[SweTask]):
@@ -184,33 +189,17 @@ class SweEnv(Env[SweTask]):
         if state is not None:
             await state.session.aclose()
 
-    async def aturn(self, episode: Episode, completion: Completion) -> Turn:
-        if completion.truncated:  # cut mid-reply: run nothing; the base class ends the episode
-            return Turn()
+    async def aturn(self, episode: Episode[SweTask], completion: Completion) -> Turn:
         state: SweEpisode = episode.state
-        split = split_reasoning(completion)
-        parsed = self.parse_tool_calls(split.answer)
-        if split.unterminated or not (parsed.calls or parsed.errors):
-            return Turn(done=True)
-        observation: list[Message] = [{"role": "tool", "content": f"Error: {error}"} for error in parsed.errors]
-        toolbox = self.toolbox(state.task.workdir)
-        ran = 0
-        for index, call in enumerate(parsed.calls):
-            if index >= self.max_calls_per_turn or state.tools.finished is not None:
-                skipped = len(parsed.calls) - index
-                why = "the episode finished" if state.tools.finished is not None else \
-                    f"only the first {self.max_calls_per_turn} tool calls of a reply run"
-                observation.append({"role": "tool", "content": f"Error: {why}; {skipped} more call(s) were not run"})
-                break
-            result = await toolbox.acall(call, {"ws": state.tools})
-            ran += 1
-            state.tools.errors += not result.ok
-            observation.append(result.message())
-            if state.session.lost:
-                return Turn(observation, reward=Reward.failed(f"the workspace was lost: {state.session.lost}"), done=True)
-        state.calls += ran
-        info = {"tool_calls": ran, "tool_errors": state.tools.errors}
-        return Turn(observation, done=state.tools.finished is not None, info=info)
+        tools = await self.toolbox(episode.task.workdir).aturn(
+            completion, {"ws": state.tools}, max_calls=self.max_calls_per_turn, parser=self.tool_parser,
+            stop=state.stop_reason)
+        state.calls += tools.calls
+        state.tools.errors += tools.errors
+        if state.session.lost:
+            return Turn(tools.messages, reward=Reward.failed(f"the workspace was lost: {state.session.lost}"), done=True)
+        info = {"tool_calls": tools.calls, "tool_errors": state.tools.errors}
+        return Turn(tools.messages, done=tools.ended or state.tools.finished is not None, info=info)
 
     # ----- rewards ------------------------------------------------------------------------------
 

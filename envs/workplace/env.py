@@ -5,12 +5,12 @@ episode. Each model turn's ``<tool_call>`` blocks run against it through the 27 
 back as tool messages; the episode ends when the model replies without a tool call, or is cut at
 ``max_turns`` (default 6: NeMo Gym's ``max_steps`` for workplace_assistant). Rows: ``task.py``.
 
-Turns: calls inside the ``<think>`` part are not run; a reply cut at the length limit runs none. At
-most ``max_calls_per_turn`` calls of one reply run, in order; the rest are not run and one error
-message says so (with their names, bounded), so a reply with 500 calls costs a bounded turn. A
-malformed ``<tool_call>`` block, an unknown tool or bad arguments get an ``Error: ...`` tool
-message, as a real tool would answer, and the episode goes on; an argument given as ``null`` is
-one not given (NeMo Gym's server drops them).
+Turns (the kernel's ``Toolbox.aturn``): calls inside the ``<think>`` part are not run; a reply cut
+at the length limit runs none. At most ``max_calls_per_turn`` calls of one reply run, in order; the
+rest are not run and one error message says so (with their names, bounded), so a reply with 500
+calls costs a bounded turn. A malformed ``<tool_call>`` block, an unknown tool or bad arguments
+get an ``Error: ...`` tool message, as a real tool would answer, and the episode goes on; an
+argument given as ``null`` is one not given (NeMo Gym's server drops them).
 
 Reward (NeMo Gym's outcome rule): the ground-truth calls run on a fresh copy of the tables and
 the final states are compared under ``compare.py``'s normalisation; 1 when equal, else 0 with the
@@ -46,17 +46,15 @@ from typing import Any, ClassVar
 from cascade_envs import Env, Reward, Row, TaskError
 from cascade_envs.core import Completion, Message
 from cascade_envs.episode import Episode, Turn
-from cascade_envs.reasoning import split_reasoning
 
 from .compare import compare
 from .tables import Workplace
 from .task import AnnouncedTools, WorkplaceTask, read_task
-from .toolset import make_toolbox, replay, without_nulls
+from .toolset import make_toolbox, replay
 
 MAX_TURNS = 6
 """NeMo Gym's ``max_steps`` for workplace_assistant (configs/workplace_assistant.yaml)."""
 MAX_CALLS_PER_TURN = 32
-MAX_LISTED_NAMES = 10
 
 
 @dataclass
@@ -127,34 +125,13 @@ class WorkplaceEnv(Env[WorkplaceTask]):
     async def on_end(self, episode: Episode) -> None:
         episode.state = None
 
-    async def aturn(self, episode: Episode, completion: Completion) -> Turn:
-        if completion.truncated:  # cut mid-reply: run nothing; the base class ends the episode
-            return Turn()
-        split = split_reasoning(completion)
-        parsed = self.parse_tool_calls(split.answer)
-        if split.unterminated or not (parsed.calls or parsed.errors):
-            return Turn(done=True)
+    async def aturn(self, episode: Episode[WorkplaceTask], completion: Completion) -> Turn:
         state: WorkplaceEpisode = episode.state
-        run, skipped = parsed.calls[: self.max_calls_per_turn], parsed.calls[self.max_calls_per_turn :]
-        observation: list[Message] = []
-        errors = len(parsed.errors)
-        for call in run:
-            result = await state.task.toolbox.acall(without_nulls(call), {"db": state.workplace})
-            errors += not result.ok
-            observation.append(result.message())
-        room = self.max_calls_per_turn - len(run)
-        observation += [_error_message(error) for error in parsed.errors[:room]]
-        ignored = len(skipped) + max(0, len(parsed.errors) - room)
-        if ignored:
-            observation.append(_error_message(self._over_limit(ignored, [c.name for c in skipped])))
-        state.calls += len(run)
-        state.errors += errors
-        return Turn(observation, info={"tool_calls": len(run), "tool_errors": errors})
-
-    def _over_limit(self, ignored: int, names: list[str]) -> str:
-        shown = ", ".join(names[:MAX_LISTED_NAMES]) + (", ..." if len(names) > MAX_LISTED_NAMES else "")
-        return (f"only the first {self.max_calls_per_turn} tool calls of a reply run; {ignored} more were not run"
-                + (f" ({shown})" if shown else ""))
+        tools = await episode.task.toolbox.aturn(completion, {"db": state.workplace},
+                                                 max_calls=self.max_calls_per_turn, parser=self.tool_parser)
+        state.calls += tools.calls
+        state.errors += tools.errors
+        return Turn(tools.messages, done=tools.ended, info=tools.info)
 
     # ----- rewards ------------------------------------------------------------------------------
 
@@ -200,10 +177,6 @@ class WorkplaceEnv(Env[WorkplaceTask]):
 def bundled_tables() -> Path:
     """The tables folder shipped with the package (``envs/workplace/data/tables``)."""
     return Path(str(resources.files("cascade_envs.envs.workplace").joinpath("data", "tables")))
-
-
-def _error_message(error: str) -> Message:
-    return {"role": "tool", "content": f"Error: {error}"}
 
 
 def _counts(state: WorkplaceEpisode) -> dict[str, int]:

@@ -161,7 +161,7 @@ def test_bad_input_gets_clear_observations_in_bounded_time(env):
 
 def test_calls_after_finish_do_not_run(env):
     (episode,) = play(env, [row("inilite")], [FINISH + call("terminal", command="touch /testbed/late")])
-    assert "the episode finished; 1 more call(s) were not run" in episode.messages[-1]["content"]
+    assert "the episode finished; 1 more were not run (terminal)" in episode.messages[-1]["content"]
 
 
 def test_local_workspace_runs_the_same_episode(env):
