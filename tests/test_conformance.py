@@ -133,25 +133,6 @@ def test_builtin_env_conforms(env_id):
     check_env(env_id, **CASES[env_id])
 
 
-def test_example_plugin_env_conforms(monkeypatch):
-    from tests.plugins.conftest import PLUGIN_DIR
-
-    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
-    from cascade_envs_example.countdown import CountdownEnv
-
-    env = CountdownEnv()
-    try:
-        check_env(
-            env,
-            good_row={"id": "t", "nums": [20, 14, 3, 3], "target": 40},
-            good_answer="<think>20 + 14 + 3 + 3</think><answer>20 + 14 + 3 + 3</answer>",
-            bad_answer="<answer>20 + 14</answer>",
-            bad_rows=[({"nums": "1 2", "target": 3}, "nums")],
-        )
-    finally:
-        env.close()
-
-
 def test_check_env_catches_an_env_that_scores_an_empty_answer_1():
     from tests.toy_envs import ExactAnswerEnv
 

@@ -185,7 +185,7 @@ def test_cli_lists_plugin_with_distribution_and_version(
     script = Path(sys.executable).with_name("cascade-envs")
     args = [str(script)] if script.exists() else [sys.executable, "-m", "cascade_envs"]
     out = run([*args, "list"], tmp_path).stdout
-    for env_id in ("example/Countdown-v0", "example/GuessNumber-v0"):
+    for env_id in ("example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"):
         line = next((line for line in out.splitlines() if env_id in line), "")
         assert re.search(rf"{DIST}\s+{re.escape(VERSION)}", line), f"{env_id} not listed with {DIST} {VERSION}:\n{out}"
     with_broken = run([*args, "list"], tmp_path, pythonpath=broken_plugins).stdout
@@ -212,7 +212,7 @@ def test_discovered_lazily_with_its_distribution(installed: Plugin, tmp_path: Pa
     assert result["after_discovery"] == ["cascade_envs_example", "cascade_envs_example.plugin"]  # env modules wait for make()
     assert result["spec"] == ["example", DIST, VERSION, "cascade_envs_example.countdown:CountdownEnv"]
     assert "site-packages" in result["file"]  # the installed copy, with its bundled data
-    assert {"example/Countdown-v0", "example/GuessNumber-v0"} <= set(result["ids"])
+    assert {"example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"} <= set(result["ids"])
     assert result["ntasks"] == 20
     assert "plugin" not in stderr  # nothing reported as failing
 
@@ -299,7 +299,7 @@ def test_broken_plugins_are_reported_once_and_isolated(
         assert len(reports) == 1 and dist in reports[0], stderr  # reported once, with its distribution
     assert "broken/Hook-v0" not in result["ids"]  # a failing hook contributes nothing
     assert set(result["builtins"]) <= set(result["ids"]) and PROBE_BUILTIN in result["ids"]
-    assert {"example/Countdown-v0", "example/GuessNumber-v0"} <= set(result["ids"])
+    assert {"example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"} <= set(result["ids"])
     assert result["reward"] == 1.0
     for env_id, message in result["errors"].items():
         assert f"unknown environment '{env_id}'" in message

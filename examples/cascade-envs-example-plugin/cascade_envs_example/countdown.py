@@ -38,8 +38,9 @@ class CountdownTask:
     target: int
 
 
-def read_task(row: Row) -> CountdownTask:
-    """Check a row; ``TaskError`` names the field that is wrong."""
+def read_task(row: Row, template: str = PROMPT, tools: tuple[dict, ...] = ()) -> CountdownTask:
+    """Check a row; ``TaskError`` names the field that is wrong. A row without a ``prompt`` gets
+    ``template``'s; ``tools``: the tool specs the prompt announces."""
     nums = row.get("nums")
     if not isinstance(nums, list) or not 2 <= len(nums) <= MAX_NUMBERS:
         raise TaskError(f"expected a list of 2 to {MAX_NUMBERS} integers", "nums")
@@ -48,8 +49,8 @@ def read_task(row: Row) -> CountdownTask:
     target = row.get("target")
     if type(target) is not int:
         raise TaskError("expected an integer", "target")
-    prompt = Prompt.of({**row, "prompt": row.get("prompt") or PROMPT.format(nums=nums, target=target)})
-    return CountdownTask(prompt, tuple(nums), target)
+    prompt = Prompt.of({**row, "prompt": row.get("prompt") or template.format(nums=nums, target=target)})
+    return CountdownTask(Prompt(prompt.messages, tools), tuple(nums), target)
 
 
 class CountdownEnv(Env[CountdownTask]):
