@@ -5,7 +5,9 @@
     def test_my_env_conforms():
         check_env("myns/MyEnv-v0", good_row=ROW, good_answer="... \\\\boxed{42}", bad_answer="\\\\boxed{41}")
 
-It plays the env the way the runner and the trainer do and asserts the contracts of DESIGN.md §2:
+An env package keeps its arguments as a ``Case`` in its ``conformance`` module (``CASE``), next to
+the env; ``conformance_case(env_id)`` finds it and ``Case.check`` runs it. It plays the env the way
+the runner and the trainer do and asserts the contracts of DESIGN.md §2:
 
 - ``reset`` with a row and with a seed (the same seed draws the same task); observations are chat
   messages of the env's observation space;
@@ -28,7 +30,10 @@ Multi-turn envs are checked on their final answer: ``good_answer`` is the model'
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .core import Completion, Reward, Row, TaskError
@@ -48,6 +53,45 @@ MALFORMED_ANSWERS: dict[str, Any] = {
 
 class ConformanceError(AssertionError):
     """An env breaks a contract of DESIGN.md §2; the message says which."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One env's conformance case: ``check_env``'s arguments, kept in the env package's ``conformance.py``."""
+
+    good_row: Row
+    good_answer: str
+    bad_answer: str | None = None
+    bad_rows: Sequence[tuple[Any, str | None]] = ()
+    setup_turns: Sequence[str] = ()
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    other_kwargs: Mapping[str, Any] | None = None
+    requires: Sequence[str] = ()
+    """Modules the env needs (e.g. ``openhands``): ``missing`` names those that are not installed."""
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name in self.requires if importlib.util.find_spec(name) is None]
+
+    def check(self, env: str | Env, time_limit_s: float = 60.0) -> None:
+        """``check_env(env, ...)`` with this case's arguments."""
+        check_env(env, self.good_row, self.good_answer, bad_answer=self.bad_answer, bad_rows=self.bad_rows,
+                  setup_turns=self.setup_turns, env_kwargs=dict(self.env_kwargs), other_kwargs=self.other_kwargs,
+                  time_limit_s=time_limit_s)
+
+
+def conformance_case(env_id: str) -> Case:
+    """The ``CASE`` of the ``conformance`` module beside the registered env's module (``pkg.env:Cls`` ->
+    ``pkg.conformance``); ``LookupError`` when there is none."""
+    from .registry import spec
+
+    entry = spec(env_id).entry_point
+    module = entry.partition(":")[0] if isinstance(entry, str) else entry.__module__
+    name = f"{module.rpartition('.')[0]}.conformance"
+    case = getattr(importlib.import_module(name), "CASE", None) if importlib.util.find_spec(name) else None
+    if not isinstance(case, Case):
+        raise LookupError(f"{env_id}: no conformance case (a Case named CASE in {name})")
+    return case
 
 
 def check_env(

@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascade_envs import Reward, TaskError
+from cascade_envs import Reward
 from cascade_envs.data import DataError
 from cascade_envs.env import run_sync
 
@@ -173,27 +173,6 @@ def test_rows_in_public_countdown_layout_get_a_prompt(env: CountdownEnv) -> None
     assert custom.prompt.messages == ({"role": "user", "content": "Make 10 from 2 and 5."},)
     obs, _ = env.reset(options={"task": {"nums": [2, 5], "target": 10}})
     assert obs == [message]
-
-
-@pytest.mark.parametrize(
-    ("row", "field"),
-    [
-        ({"target": 10}, "nums"),
-        ({"nums": "2 5", "target": 10}, "nums"),
-        ({"nums": [2], "target": 10}, "nums"),
-        ({"nums": list(range(1, 20)), "target": 10}, "nums"),
-        ({"nums": [2, 5.0], "target": 10}, "nums"),
-        ({"nums": [2, True], "target": 10}, "nums"),
-        ({"nums": [2, -5], "target": 10}, "nums"),
-        ({"nums": [2, 5]}, "target"),
-        ({"nums": [2, 5], "target": "10"}, "target"),
-        ({"nums": [2, 5], "target": 10.0}, "target"),
-    ],
-)
-def test_malformed_rows_name_the_field(env: CountdownEnv, row: dict, field: str) -> None:
-    with pytest.raises(TaskError) as info:
-        env.load_task(row)
-    assert info.value.field == field
 
 
 def test_bad_task_file_is_reported_with_line(tmp_path) -> None:

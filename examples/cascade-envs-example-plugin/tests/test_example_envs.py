@@ -13,7 +13,18 @@ from cascade_envs.env import run_sync
 from cascade_envs.testing import check_env
 
 ROW = {"id": "t", "nums": [20, 14, 3, 3], "target": 40}
-BAD_ROWS = [({"nums": "1 2", "target": 3}, "nums"), ({"nums": [1, 2], "target": "3"}, "target")]
+BAD_ROWS = [
+    ({"target": 10}, "nums"),
+    ({"nums": "2 5", "target": 10}, "nums"),
+    ({"nums": [2], "target": 10}, "nums"),
+    ({"nums": list(range(1, 20)), "target": 10}, "nums"),
+    ({"nums": [2, 5.0], "target": 10}, "nums"),
+    ({"nums": [2, True], "target": 10}, "nums"),
+    ({"nums": [2, -5], "target": 10}, "nums"),
+    ({"nums": [2, 5]}, "target"),
+    ({"nums": [2, 5], "target": "10"}, "target"),
+    ({"nums": [2, 5], "target": 10.0}, "target"),
+]
 
 
 def combine(a: int, op: str, b: int) -> str:

@@ -13,6 +13,9 @@ import pytest
 from cascade_envs.core import Completion, Reward, TaskError
 from cascade_envs.data import resolve_path
 from cascade_envs.env import run_sync
+from cascade_envs.envs.agentless.conformance import FIX as REFERENCE_FIX
+from cascade_envs.envs.agentless.conformance import WRONG_FIX as WRONG
+from cascade_envs.envs.agentless.conformance import ReferenceJudge
 from cascade_envs.envs.agentless.edits import make_patch
 from cascade_envs.envs.agentless.env import AgentlessRepairEnv
 from cascade_envs.envs.agentless.prompt import JUDGE_SYSTEM
@@ -20,9 +23,6 @@ from cascade_envs.envs.agentless.similarity import normalized_change, similarity
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.registry import make
 from cascade_envs.testing import check_env
-from tests.envs.agentless.reference_judge import FIX as REFERENCE_FIX
-from tests.envs.agentless.reference_judge import WRONG_FIX as WRONG
-from tests.envs.agentless.reference_judge import ReferenceJudge
 from tests.judges.scripted_server import ScriptedChatServer, Step
 
 SAMPLES = [json.loads(line) for line in resolve_path("bundled:agentless/samples.jsonl").open(encoding="utf-8")]

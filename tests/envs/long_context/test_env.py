@@ -16,12 +16,12 @@ import pytest
 from cascade_envs.core import CascadeError, Completion, Reward, TaskError
 from cascade_envs.data import DataError, resolve_path
 from cascade_envs.env import run_sync
+from cascade_envs.envs.long_context.conformance import MatchingJudge
 from cascade_envs.envs.long_context.env import MAX_INPUT_TOKENS, LongContextQAEnv
 from cascade_envs.envs.long_context.prompt import fence_tag
 from cascade_envs.envs.long_context.tokens import CharEstimate, TokenizerCounter, estimate_tokens
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.testing import check_env
-from tests.envs.long_context.matching import MatchingJudge
 from tests.judges.scripted_server import ScriptedChatServer, Step
 
 ROOT = Path(__file__).resolve().parents[3]

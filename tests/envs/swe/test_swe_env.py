@@ -186,11 +186,7 @@ def test_nothing_is_left_behind(env, private_tempdir):
 
 
 def test_the_env_conforms():
-    from cascade_envs.testing import check_env
+    from cascade_envs.testing import conformance_case
 
     sandbox = backend_or_skip("bwrap", **LIMITS)
-    fix = fix_calls("inilite")[0]
-    check_env(SweEnv(sandbox=sandbox, command_timeout_s=10), good_row=row("inilite"), good_answer=fix + FINISH,
-              bad_answer=call("terminal", command="ls") + FINISH,
-              bad_rows=[({**row("inilite"), "FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"),
-                        ({**row("inilite"), "repo_snapshot": None}, "repo_snapshot")])
+    conformance_case("cascade/SWE-v0").check(SweEnv(sandbox=sandbox, command_timeout_s=10))

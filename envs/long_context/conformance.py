@@ -1,9 +1,14 @@
-"""An in-process judge for long-context tests and the conformance check."""
+"""``cascade/LongContextQA-v0``'s conformance case (``cascade_envs.testing.check_env``) and its in-process judge."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from cascade_envs.data import read_rows
+from cascade_envs.testing import Case
+
+ROW = next(row for _, row in read_rows("bundled:long_context/samples.jsonl"))
 
 
 class MatchingJudge:
@@ -19,3 +24,13 @@ class MatchingJudge:
 
     async def aclose(self) -> None:
         pass
+
+
+CASE = Case(
+    good_row=ROW,
+    good_answer="<think>The March minutes name the station.</think>Alder Creek Pump Station, 31 hours",
+    bad_answer="Harbourview Treatment Plant, 12 hours",
+    bad_rows=[({**ROW, "answer": None}, "expected_answer"), ({**ROW, "input_tokens": 10**6}, "input_tokens")],
+    env_kwargs={"judge_url": MatchingJudge()},
+    other_kwargs={"max_input_tokens": None},
+)

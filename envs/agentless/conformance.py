@@ -1,6 +1,6 @@
-"""An in-process judge for agentless tests: 10 when the candidate changes exactly the reference's lines, else 0.
-
-It reads the judge prompt the env writes, so it also checks that the prompt carries both patches.
+"""``cascade/AgentlessRepair-v0``'s conformance case (``cascade_envs.testing.check_env``) and its in-process
+judge: 10 when the candidate changes exactly the reference's lines, else 0. It reads the judge prompt
+the env writes, so it also checks that the prompt carries both patches.
 """
 
 from __future__ import annotations
@@ -8,6 +8,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from cascade_envs.data import read_rows
+from cascade_envs.testing import Case
+
+ROW = next(row for _, row in read_rows("bundled:agentless/samples.jsonl"))
 FIX = """<think>Reserving all available units must work: the comparison is off by one.</think>
 ```python
 ### warehouse/stock.py
@@ -44,3 +48,13 @@ class ReferenceJudge:
 
     async def aclose(self) -> None:
         pass
+
+
+CASE = Case(
+    good_row=ROW,
+    good_answer=FIX,
+    bad_answer=WRONG_FIX,
+    bad_rows=[({**ROW, "gold_files": []}, "gold_files"), ({**ROW, "patch": "nonsense"}, "patch")],
+    env_kwargs={"judge_url": ReferenceJudge()},
+    other_kwargs={"top_k": 0},
+)
