@@ -210,7 +210,7 @@ def bench_prompts(n: int) -> list[list[dict]]:
         tasks = list(env.tasks or [])
         if len(tasks) < n:
             raise SystemExit(f"--prompts {n}: {ROWS} has only {len(tasks)} rows")
-        return [env.prompt(task) for task in tasks[:n]]
+        return [env.prompt(loaded.task) for loaded in tasks[:n]]
     finally:
         run_sync(env.aclose())
 

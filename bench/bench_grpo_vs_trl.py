@@ -58,7 +58,7 @@ def reward_of(text: str) -> float:
 class BenchEnv(Env):
     """Scores every answer with ``reward_of``."""
 
-    async def ascore(self, task: dict, answer: str) -> Reward:
+    async def ascore(self, task: Any, answer: str) -> Reward:
         return Reward(reward_of(answer))
 
 

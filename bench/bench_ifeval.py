@@ -98,8 +98,8 @@ def main() -> None:
     with open(args.responses, encoding="utf-8") as fh:
         responses = [json.loads(line)["response"] for line in fh if line.strip()]
     env = InstructionFollowingEnv(**({} if args.inline_chars is None else {"inline_chars": args.inline_chars}))
-    tasks = list(env.tasks)
-    n_checks = sum(len(t["checks"]) for t in tasks)
+    tasks = [loaded.task for loaded in env.tasks]
+    n_checks = sum(len(t.checks) for t in tasks)
     env.follow_list(tasks[0], "warm up the tokenizers. Second sentence.")
 
     async def score_all() -> float:
@@ -125,7 +125,7 @@ def main() -> None:
     pairs = [
         (check["id"], check["kwargs"], response)
         for task in tasks
-        for check in task["checks"]
+        for check in task.checks
         if get_instruction(check["id"]).family == "ifeval"
         for response in responses
     ]

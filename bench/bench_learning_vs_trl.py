@@ -55,13 +55,13 @@ def training_config(args: argparse.Namespace, model_dir: str, out: Path, mix_env
 
 
 def prompt_order(mix_envs: dict[str, Any], n: int) -> list[tuple[str, dict]]:
-    """The first ``n`` ``(env_id, task)`` draws this trainer makes with ``train.seed = 0``."""
+    """The first ``n`` ``(env_id, row)`` draws this trainer makes with ``train.seed = 0``."""
     from cascade_envs.mix import EnvMix, parse_mix
 
     weights, kwargs = parse_mix(mix_envs, source="bench")
     mix = EnvMix(weights, seed=0, env_kwargs=kwargs)
     try:
-        return mix.sample(n)
+        return [(env_id, loaded.row) for env_id, loaded in mix.sample(n)]
     finally:
         asyncio.run(mix.aclose())
 
@@ -161,7 +161,7 @@ def heldout_score(model: Any, tokenizer: Any, args: argparse.Namespace) -> float
 
     env = cascade_envs.make(ENV_ID, tasks=str(args.heldout))
     try:
-        tasks = list(env.tasks)
+        tasks = [loaded.row for loaded in env.tasks]
         policy = HFPolicy(model, tokenizer, device="cpu", max_batch_size=len(tasks))
         outs = policy.generate([prompt_messages(t) for t in tasks], SamplingParams(max_tokens=args.max_tokens, temperature=0))
         scores = score_completions(env, tasks, outs)

@@ -42,7 +42,7 @@ def answer_groups(env_id: str, tasks: list[Any], count: int) -> Groups:
     for i in range(count // 4):
         task = tasks[i % len(tasks)]
         if env_id == MATH:
-            right = task["expected_answer"]
+            right = task.row["expected_answer"]
             answers = [f"{REASONING}\\boxed{{{right}}}", "\\boxed{-7}", f"<think>{REASONING}</think>\\boxed{{{right}}}", "no"]
         else:
             answers = [f"{REASONING}\n\n***\n\nlantern logbook\n\n***\n\nDone.", "short", REASONING.upper(), "A, B, C."]
@@ -92,7 +92,7 @@ def main() -> None:
             local.close()
             remote.close()
         code_local, code_ray = CodeEnv(time_limit_s=5), CodeEnv(ray_actors=args.actors, time_limit_s=5)
-        task = next(t for t in code_local.tasks if t["id"] == "code-sample/sum-big")
+        task = next(t for t in code_local.tasks if t.task_id == "code-sample/sum-big")
         groups = [(task, [SUM, WRONG, SUM, WRONG])] * (args.code // 4)
         rows.append(compare("code (sandboxed tests)", code_local, code_ray, groups, groups[:2]))
         code_local.close()

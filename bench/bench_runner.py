@@ -1,7 +1,8 @@
 """Runner overhead per episode: a trivial env and an instant policy.
 
 Prints episodes/s of the ``RolloutRunner`` next to the floor it cannot beat — the same episodes
-played by a bare ``await env.areset(); await env.astep()`` loop with no runner — and the ratio.
+played by a bare ``await env.areset(); await env.astep()`` loop with no runner, each task loaded
+once per group as the runner loads it — and the ratio.
 With ``--baseline REV`` it also runs this benchmark as it was at git revision ``REV`` (checked out
 into a temporary worktree, run in a subprocess right after this one) and prints the change of the
 runner's time per episode against it.
@@ -18,15 +19,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from cascade_envs import Completion, Env, Reward, register
+from cascade_envs import Completion, Env, Prompt, Reward, register
 from cascade_envs.rollout import RolloutRunner
 
 
-class TrivialEnv(Env):
+@dataclass(frozen=True)
+class TrivialTask:
+    prompt: Prompt
+    answer: str
+
+
+class TrivialEnv(Env[TrivialTask]):
+    def load_task(self, row):
+        return TrivialTask(Prompt.of(row), row["answer"])
+
     async def ascore(self, task, answer):
-        return Reward(float(answer == task["answer"]))
+        return Reward(float(answer == task.answer))
 
 
 class InstantPolicy:
@@ -50,8 +61,9 @@ def main() -> None:
     async def bare() -> None:
         env = TrivialEnv()
         for task in tasks:
+            loaded = env.load(task)  # once per group, as the runner loads a raw row
             for _ in range(args.group_size):
-                messages, _ = await env.areset(options={"task": task})
+                messages, _ = await env.areset(options={"task": loaded})
                 completion = await policy.agenerate(messages, sampling=None)
                 await env.astep(completion)
 

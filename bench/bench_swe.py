@@ -68,7 +68,7 @@ async def in_place(session: Session, task: SweTask) -> float:
 async def ours(env: SweEnv, row: dict, clean_room: bool) -> tuple[float, list[float], float, float, float]:
     """Set-up, step times, grading time, tear-down time and the reward of one episode."""
     start = time.perf_counter()
-    episode = await env.astart(row)
+    episode = await env.astart(env.load(row))
     setup = time.perf_counter() - start
     steps = []
     for command in (*COMMANDS, f"patch -p1 <<'EOF'\n{row['patch']}EOF"):

@@ -33,7 +33,7 @@ class ToolLoopEnv(Env):
             return Turn([{"role": "tool", "content": RESULT.format(n=episode.turns)}])
         return Turn(done=True)
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+    async def ascore(self, task: Any, answer: str) -> Reward:
         return Reward(1.0)
 
 

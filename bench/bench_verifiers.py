@@ -70,17 +70,17 @@ def one_by_one(score: Callable[[Any, str], float]) -> Callable[[Cases], list[flo
 def mcqa_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float]]:
     env = MCQAEnv()
     cases = []
-    for task in env.tasks:
-        if task["grading_mode"] != "strict_single_letter_boxed" or task.get("template_metadata"):
+    for task in env.tasks:  # Loaded items: the env scores the task, the naive baseline reads the row
+        if task.row["grading_mode"] != "strict_single_letter_boxed" or task.row.get("template_metadata"):
             continue
-        gold = task["expected_answer"]
-        wrong = next(letter for option in task["options"] for letter in option if letter != gold)
+        gold = task.row["expected_answer"]
+        wrong = next(letter for option in task.row["options"] for letter in option if letter != gold)
         cases += [(task, f"{REASONING}\n\\boxed{{{gold}}}"), (task, f"{REASONING}\n\\boxed{{{wrong}}}")]
     boxed = re.compile(r"\\boxed\{([A-J])\}")
 
     def naive(task: Any, text: str) -> float:
         found = boxed.findall(text)
-        return float(bool(found) and found[-1] == task["expected_answer"])
+        return float(bool(found) and found[-1] == task.row["expected_answer"])
 
     return env, cases, naive
 
@@ -89,15 +89,15 @@ def mcqa_regex_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str],
     env = MCQAEnv()
     cases = []
     for task in env.tasks:
-        regex = (task.get("template_metadata") or {}).get("output_regex")
+        regex = (task.row.get("template_metadata") or {}).get("output_regex")
         if regex and isinstance(regex, str):
-            gold = task["expected_answer"]
-            wrong = next(letter for option in task["options"] for letter in option if letter != gold)
+            gold = task.row["expected_answer"]
+            wrong = next(letter for option in task.row["options"] for letter in option if letter != gold)
             cases += [(task, f"{REASONING}\nThe answer is {letter}") for letter in (gold, wrong)] * 5
 
     def naive(task: Any, text: str) -> float:
-        found = re.findall(task["template_metadata"]["output_regex"], text, re.IGNORECASE)
-        return float(bool(found) and found[-1].upper() == task["expected_answer"])
+        found = re.findall(task.row["template_metadata"]["output_regex"], text, re.IGNORECASE)
+        return float(bool(found) and found[-1].upper() == task.row["expected_answer"])
 
     return env, cases, naive
 
@@ -107,9 +107,9 @@ def structured_cases(copies: int = 1) -> tuple[Any, list[tuple[Any, str]], Calla
     env = StructuredOutputEnv()
     cases = []
     for task in env.tasks:
-        if task["schema_type"] != "json" or task["response_mode"] != "text":
+        if task.row["schema_type"] != "json" or task.row["response_mode"] != "text":
             continue
-        document = json.loads(task["reference_response"])
+        document = json.loads(task.row["reference_response"])
         if copies > 1:
             document = {k: v * copies if isinstance(v, (list, str)) else v for k, v in document.items()}
         good = json.dumps(document)
@@ -118,7 +118,7 @@ def structured_cases(copies: int = 1) -> tuple[Any, list[tuple[Any, str]], Calla
 
     def naive(task: Any, text: str) -> float:
         try:
-            jsonschema.validate(json.loads(text), strictify(json.loads(task["schema_str"])))
+            jsonschema.validate(json.loads(text), strictify(json.loads(task.row["schema_str"])))
         except (ValueError, jsonschema.ValidationError):
             return 0.0
         return 1.0
@@ -132,11 +132,11 @@ def math_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float
     env = MathEnv(workers=1, timeout_s=30)
     cases = []
     for task in env.tasks:
-        gold = strip_delimiters(task["expected_answer"])
+        gold = strip_delimiters(task.row["expected_answer"])
         cases += [(task, f"{REASONING}\nSo the answer is \\boxed{{{gold}}}."), (task, f"{REASONING}\n\\boxed{{7/5}}")]
 
     def in_process(task: Any, text: str) -> float:
-        gold = parse("\\boxed{" + strip_delimiters(task["expected_answer"]) + "}", GOLD_TARGETS)
+        gold = parse("\\boxed{" + strip_delimiters(task.row["expected_answer"]) + "}", GOLD_TARGETS)
         return float(verify(gold, parse(text, ANSWER_TARGETS)))
 
     return env, cases, in_process

@@ -103,7 +103,7 @@ def ours_bare(env: WorkplaceEnv, tasks: list[dict[str, Any]], rounds: int) -> di
         for _ in range(rounds):
             for task, steps in scripts:
                 t0 = clock()
-                episode = await env.astart(task)
+                episode = await env.astart(env.load(task))
                 t1 = clock()
                 for text in steps:
                     await env.aadvance(episode, text)
@@ -365,7 +365,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = bundled_tables()
     env = WorkplaceEnv()
-    tasks = list(env.tasks or [])
+    tasks = [t.row for t in env.tasks or []]
     episodes = len(tasks) * args.rounds
     turns = sum(len(t["solution"]) + 1 for t in tasks) * args.rounds
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import CascadeError, ChatSpace, Completion, Message, Reward, Task, TaskError, TextSpace
-from .data import DataError, TaskSource, load_tasks
+from .core import CascadeError, ChatSpace, Completion, Message, Reward, Row, TaskError, TextSpace
+from .data import DataError, Loaded, Prompt, TaskSource, load_tasks
 from .env import Env
 from .episode import Episode, Turn
 from .registry import UnknownIdError, env_specs, make, register, set_plugin_loader, spec
@@ -30,9 +30,11 @@ __all__ = [
     "Env",
     "EnvMix",
     "Episode",
+    "Loaded",
     "Message",
+    "Prompt",
     "Reward",
-    "Task",
+    "Row",
     "TaskError",
     "TaskSource",
     "TextSpace",

@@ -12,8 +12,8 @@ from gymnasium import spaces
 Message = dict[str, Any]
 """A chat message: ``{"role": ..., "content": ...}`` plus optional keys (``tool_calls``, ``name``)."""
 
-Task = dict[str, Any]
-"""A task row, validated and normalised by its environment (see ``Env.load_task``)."""
+Row = dict[str, Any]
+"""A task row as read from a task file (the public layouts); ``Env.load_task`` makes it a typed task."""
 
 
 class CascadeError(Exception):

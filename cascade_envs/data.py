@@ -1,7 +1,8 @@
 """Task sources: rows from JSONL or Parquet files, or from a domain's bundled sample set.
 
-Rows are plain dicts in the layout of the public Nemotron / NeMo Gym RL data. Each env validates
-its rows with ``Env.load_task``; a malformed row is reported with file, line and field.
+Rows are plain dicts in the layout of the public Nemotron / NeMo Gym RL data. Each env instance
+loads its rows once (``Env.load``: ``Env.load_task`` makes the typed task of a row) into a
+``TaskSource`` of ``Loaded`` items; a malformed row is reported with file, line and field.
 """
 
 from __future__ import annotations
@@ -11,19 +12,22 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from .core import CascadeError, Message, Task, TaskError
+from .core import CascadeError, Message, Row, TaskError
 
 log = logging.getLogger("cascade_envs.data")
 
 BUNDLED = "bundled:"
 ID_FIELDS = ("id", "key", "uuid", "instance_id", "task_id", "question_id")
 MAX_REPORTED_ERRORS = 5
+TaskT = TypeVar("TaskT")
+T = TypeVar("T")
 
 
 class DataError(CascadeError):
@@ -79,26 +83,26 @@ def decode_json_field(value: Any, field: str) -> Any:
         raise TaskError("JSON nested too deeply", field) from None
 
 
-def task_id(task: Task) -> str:
-    """A stable id for a task: its own id field, or a hash of its content."""
+def task_id(row: Row) -> str:
+    """A stable id for a row: its own id field, or a hash of its content."""
     for name in ID_FIELDS:
-        value = task.get(name)
+        value = row.get(name)
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             return str(value)
-    blob = json.dumps(task, sort_keys=True, default=str).encode()
+    blob = json.dumps(row, sort_keys=True, default=str).encode()
     return hashlib.sha1(blob).hexdigest()[:16]
 
 
-def prompt_messages(task: Task) -> list[Message]:
+def prompt_messages(row: Row) -> list[Message]:
     """The prompt of a row: ``responses_create_params.input`` (NeMo Gym), ``messages`` or ``prompt``."""
-    params = task.get("responses_create_params")
+    params = row.get("responses_create_params")
     if isinstance(params, dict) and "input" in params:
         source: Any = params["input"]
         where = "responses_create_params.input"
-    elif "messages" in task:
-        source, where = task["messages"], "messages"
-    elif "prompt" in task:
-        source, where = task["prompt"], "prompt"
+    elif "messages" in row:
+        source, where = row["messages"], "messages"
+    elif "prompt" in row:
+        source, where = row["prompt"], "prompt"
     else:
         raise TaskError("no prompt: expected 'responses_create_params.input', 'messages' or 'prompt'")
     if isinstance(source, str):
@@ -124,45 +128,72 @@ def prompt_messages(task: Task) -> list[Message]:
     return messages
 
 
-class TaskSource(Sequence[Task]):
-    """An in-memory, validated list of tasks with seeded sampling."""
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """The opening messages a row brings and the tools it announces, read once when its task loads.
 
-    def __init__(self, tasks: Iterable[Task], name: str = "<memory>", skipped: int = 0):
-        self.tasks = list(tasks)
+    A task that keeps one in a ``prompt`` field (or is one: the default task) needs no
+    ``Env.prompt`` of its own.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, row: Row) -> Prompt:
+        """The row's prompt (``prompt_messages``) and its ``tools`` (or ``responses_create_params.tools``)."""
+        params = row.get("responses_create_params")
+        tools = row.get("tools") or (params.get("tools") if isinstance(params, dict) else None)
+        return cls(tuple(prompt_messages(row)), tuple(tools or ()))
+
+
+class Loaded(NamedTuple, Generic[TaskT]):
+    """A row, the task its env made of it (``Env.load``), and the row's id."""
+
+    row: Row
+    task: TaskT
+    task_id: str
+
+
+class TaskSource(Sequence[Loaded[TaskT]]):
+    """An env's loaded tasks, in file order, with seeded sampling."""
+
+    def __init__(self, items: Iterable[Loaded[TaskT]], name: str = "<memory>", skipped: int = 0):
+        self.items = list(items)
         self.name = name
         self.skipped = skipped
         """Malformed rows left out (``on_bad_rows="skip"``)."""
 
     def __len__(self) -> int:
-        return len(self.tasks)
+        return len(self.items)
 
-    def __getitem__(self, index: int) -> Task:  # type: ignore[override]  # int indexes only, no slices
-        return self.tasks[index]
+    def __getitem__(self, index: int) -> Loaded[TaskT]:  # type: ignore[override]  # int indexes only, no slices
+        return self.items[index]
 
-    def sample(self, rng: np.random.Generator) -> Task:
-        if not self.tasks:
+    def sample(self, rng: np.random.Generator) -> Loaded[TaskT]:
+        if not self.items:
             raise DataError(f"task source {self.name} is empty")
-        return self.tasks[int(rng.integers(len(self.tasks)))]
+        return self.items[int(rng.integers(len(self.items)))]
 
     @classmethod
     def from_rows(
         cls,
         rows: Iterable[tuple[int, Any]],
-        load_task: Callable[[Any], Task],
+        load: Callable[[Any], Loaded[TaskT]],
         name: str,
         on_error: str = "raise",
-    ) -> TaskSource:
-        """Validate ``(line, row)`` pairs; ``on_error="skip"`` drops bad rows with a warning and a count.
+    ) -> TaskSource[TaskT]:
+        """Load ``(line, row)`` pairs; ``on_error="skip"`` drops bad rows with a warning and a count.
 
         Every row error names the file, the line, the row's id when it has one, and the field; an
-        unexpected exception from ``load_task`` is a row error too, never the end of the load.
+        unexpected exception from ``load`` is a row error too, never the end of the load.
         """
-        tasks: list[Task] = []
+        items: list[Loaded[TaskT]] = []
         errors: list[str] = []
         for line, row in rows:
-            task, error = validate_row(row, load_task)
-            if task is not None:
-                tasks.append(task)
+            item, error = validate_row(row, load)
+            if item is not None:
+                items.append(item)
             else:
                 rid = row_id(row)
                 errors.append(f"{name}:{line}" + (f" (id {rid})" if rid is not None else "") + f": {error}")
@@ -173,19 +204,17 @@ class TaskSource(Sequence[Task]):
             if on_error != "skip":
                 raise DataError(message)
             log.warning("skipping %s", message)
-            log.warning("%s: skipped %d malformed row(s), kept %d", name, len(errors), len(tasks))
-        return cls(tasks, name, skipped=len(errors))
+            log.warning("%s: skipped %d malformed row(s), kept %d", name, len(errors), len(items))
+        return cls(items, name, skipped=len(errors))
 
 
-def validate_row(row: Any, load_task: Callable[[Any], Task]) -> tuple[Task | None, str | None]:
-    """``(load_task(row), None)``, or ``(None, why the row is bad)``: any exception, a read error passed
-    in as the row, or a row that is not a JSON object, never escapes."""
+def validate_row(row: Any, load: Callable[[Any], T]) -> tuple[T | None, str | None]:
+    """``(load(row), None)``, or ``(None, why the row is bad)``: any exception, or a read error passed
+    in as the row, never escapes."""
     try:
         if isinstance(row, Exception):
             raise row
-        if not isinstance(row, dict):
-            raise TaskError(f"a row must be a JSON object, got {type(row).__name__}")
-        return load_task(row), None
+        return load(row), None
     except (TaskError, DataError) as exc:
         return None, str(exc)
     except RecursionError:
@@ -203,23 +232,12 @@ def _has_id(row: dict[str, Any]) -> bool:
     return any(isinstance(row.get(k), (str, int)) and not isinstance(row.get(k), bool) for k in ID_FIELDS)
 
 
-_cache: dict[tuple[Any, ...], TaskSource] = {}
-
-
 def load_tasks(
-    source: str | os.PathLike[str] | Iterable[Any] | TaskSource,
-    load_task: Callable[[Any], Task],
-    cache_key: Any = None,
+    source: str | os.PathLike[str] | Iterable[Any],
+    load: Callable[[Any], Loaded[TaskT]],
     on_error: str = "raise",
-) -> TaskSource:
-    """Build a ``TaskSource`` from a path (cached per file version and ``cache_key``) or from rows."""
-    if isinstance(source, TaskSource):
-        return source
+) -> TaskSource[TaskT]:
+    """A ``TaskSource`` of the rows of a file (``bundled:`` or a path) or of an iterable of rows."""
     if isinstance(source, (str, os.PathLike)):
-        path = resolve_path(source)
-        stat = path.stat()
-        key = (cache_key, str(path), stat.st_mtime_ns, stat.st_size, on_error)
-        if key not in _cache:
-            _cache[key] = TaskSource.from_rows(read_rows(path), load_task, os.fspath(source), on_error)
-        return _cache[key]
-    return TaskSource.from_rows(enumerate(source, start=1), load_task, "<rows>", on_error)
+        return TaskSource.from_rows(read_rows(source), load, os.fspath(source), on_error)
+    return TaskSource.from_rows(enumerate(source, start=1), load, "<rows>", on_error)

@@ -1,9 +1,16 @@
 """The environment base class: a ``gymnasium.Env`` over chat messages with async methods and rewards.
 
-A subclass says how to validate a task row (``load_task``) and how to score a final answer
-(``ascore``); multi-turn envs also answer each model turn (``aturn``), stateful ones prepare and
-release an episode's state (``on_reset``/``on_end``), and group-scored ones (GenRM) score the G
-answers to one prompt together (``ascore_group`` with ``scores_groups = True``).
+A subclass says how to make its typed task of a row (``load_task``, a frozen dataclass) and how to
+score a final answer (``ascore``); multi-turn envs also answer each model turn (``aturn``),
+stateful ones prepare and release an episode's state (``on_reset``/``on_end``), and group-scored
+ones (GenRM) score the G answers to one prompt together (``ascore_group`` with
+``scores_groups = True``).
+
+Tasks: an env instance loads each row once (``load``: its ``load_task`` and the row's id, a
+``Loaded``), its task file when it is made (``tasks``), a raw row where one is handed in
+(``areset(options={"task": row})``, ``areward``, ``ascore_responses``, the runner). Episodes start
+from a ``Loaded`` (``astart``) and never load again; nothing is cached across instances, so two
+instances with other settings never share tasks.
 
 Lifecycle: an env instance lives for a run. It owns its run-wide resources (task source, clients,
 pools), releases them in ``aclose``, and plays any number of concurrent episodes, each an
@@ -22,15 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Coroutine, Iterable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import gymnasium
 from gymnasium.utils import seeding
 
-from .core import ChatSpace, Completion, Message, Reward, Task, TaskError, TextSpace, as_completion
-from .data import TaskSource, load_tasks, prompt_messages, task_id
+from .core import ChatSpace, Completion, Message, Reward, Row, TaskError, TextSpace, as_completion
+from .data import Loaded, Prompt, TaskSource, TaskT, load_tasks, task_id
 from .episode import Episode, Turn
 from .reasoning import NO_ANSWER, has_visible_text, overlong_reason, split_reasoning
 from .tools import tool_parsers, with_tools
@@ -38,11 +46,11 @@ from .tools import tool_parsers, with_tools
 T = TypeVar("T")
 log = logging.getLogger("cascade_envs.env")
 
-__all__ = ["Env", "Episode", "Turn", "run_sync"]
+__all__ = ["Env", "Episode", "Loaded", "Turn", "run_sync"]
 
 
-class Env(gymnasium.Env[list, str]):
-    """Base class of every cascade environment.
+class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
+    """Base class of every cascade environment; ``TaskT`` is the type of its tasks (``load_task``).
 
     Observations are the *new* chat messages of each turn; the action is the model's raw text
     (a ``str`` or a ``Completion``). ``step`` returns the reward as a float and the full ``Reward``
@@ -64,7 +72,7 @@ class Env(gymnasium.Env[list, str]):
 
     def __init__(
         self,
-        tasks: str | Iterable[Any] | TaskSource | None = None,
+        tasks: str | os.PathLike[str] | Iterable[Row] | None = None,
         *,
         thinking: bool | None = None,
         max_turns: int | None = None,
@@ -91,40 +99,31 @@ class Env(gymnasium.Env[list, str]):
             self.max_episode_tokens = int(max_episode_tokens)
         self.system_prompt = system_prompt
         source = tasks if tasks is not None else self.default_tasks
-        self.tasks: TaskSource | None = (
-            None if source is None else load_tasks(source, self.load_task, self.task_cache_key(), on_bad_rows)
-        )
-        self.episode: Episode | None = None
+        self.tasks: TaskSource[TaskT] | None = None if source is None else load_tasks(source, self.load, on_bad_rows)
+        self.episode: Episode[TaskT] | None = None
         """The episode the gymnasium methods (``reset``/``step``) are playing."""
 
     # ----- what subclasses define -------------------------------------------------------------
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        """Validate and normalise a task row; raise ``TaskError`` naming the bad field.
+    def load_task(self, row: Row) -> TaskT:
+        """Check a row and make this env's task of it (a frozen dataclass); ``TaskError`` names the bad field.
 
-        Must depend only on the row and on ``task_cache_key`` (results are cached per file and
-        key). The default checks that the row has a prompt.
+        Runs once per row and env instance (``load``); episodes reuse the task. It may read the
+        env's settings (set them before ``Env.__init__``). The default task is the row's ``Prompt``.
         """
-        prompt_messages(row)
-        return row
+        return cast(TaskT, Prompt.of(row))
 
-    def task_cache_key(self) -> tuple[Any, ...]:
-        """What ``load_task`` depends on besides the row: validated rows are cached per file and key.
-
-        The default, the env class, fits ``load_task`` methods that read only the row. An env whose
-        row checks use constructor settings (an input limit, a tables folder) returns them here
-        too (hashable), and sets them before calling ``Env.__init__``.
-        """
-        return (type(self),)
-
-    def prompt(self, task: Task) -> list[Message]:
-        """The opening messages of an episode (tools, if the task has any, go in the system prompt)."""
-        messages = prompt_messages(task)
+    def prompt(self, task: TaskT) -> list[Message]:
+        """An episode's opening messages: the task's ``Prompt`` (the task itself, or its ``prompt``
+        field) after ``system_prompt``, with the tools it announces in the system prompt."""
+        prompt = task if isinstance(task, Prompt) else getattr(task, "prompt", None)
+        if not isinstance(prompt, Prompt):
+            raise TypeError(f"a {type(task).__name__} has no 'prompt: Prompt' field: give it one or override "
+                            f"{type(self).__name__}.prompt()")
+        messages = list(map(dict, prompt.messages))
         if self.system_prompt and not (messages and messages[0]["role"] == "system"):
-            messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        params = task.get("responses_create_params")
-        tools = task.get("tools") or (params.get("tools") if isinstance(params, dict) else None)
-        return with_tools(messages, tools or [])
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return with_tools(messages, prompt.tools) if prompt.tools else messages
 
     async def on_reset(self, episode: Episode) -> None:
         """Prepare a new episode's state (``episode.state``): a database, a checkout. Default: none."""
@@ -136,15 +135,15 @@ class Env(gymnasium.Env[list, str]):
         """React to one model turn. The default (single-turn) ends the episode."""
         return Turn(done=True)
 
-    async def ascore(self, task: Task, answer: str) -> Reward:
+    async def ascore(self, task: TaskT, answer: str) -> Reward:
         """Score the final ``answer`` (reasoning split off; it has visible text). Per-sample envs define this."""
         raise NotImplementedError(f"{type(self).__name__} must implement ascore() or ascore_group()")
 
-    async def ascore_episode(self, episode: Episode, answer: str) -> Reward:
+    async def ascore_episode(self, episode: Episode[TaskT], answer: str) -> Reward:
         """Score one episode's final answer; stateful envs override it to read ``episode.state``."""
         return await self.ascore(episode.task, answer)
 
-    async def ascore_group(self, task: Task, answers: list[str], episodes: list[Episode]) -> list[Reward]:
+    async def ascore_group(self, task: TaskT, answers: list[str], episodes: list[Episode[TaskT]]) -> list[Reward]:
         """Score the final answers of one group together (envs with ``scores_groups = True``).
 
         ``answers[i]`` is ``episodes[i]``'s final answer with the reasoning split off, or ``""`` when
@@ -154,7 +153,7 @@ class Env(gymnasium.Env[list, str]):
         """
         raise NotImplementedError(f"{type(self).__name__} sets scores_groups but has no ascore_group()")
 
-    def no_answer_value(self, task: Task) -> float:
+    def no_answer_value(self, task: TaskT) -> float:
         """What a reply with no visible answer earns on ``task`` (reason ``NO_ANSWER``; at most 0).
 
         0 by default; an env that pays a malformed reply less than 0 returns that, so that saying
@@ -168,12 +167,20 @@ class Env(gymnasium.Env[list, str]):
 
     # ----- playing episodes ---------------------------------------------------------------------
 
-    async def astart(self, task: Task) -> Episode:
-        """Begin an episode of ``task`` (a row, validated here)."""
-        if not isinstance(task, dict):
-            raise TaskError(f"a task row must be a JSON object, got {type(task).__name__}")
-        loaded = self.load_task(task)
-        episode = Episode(loaded, task_id(loaded), self.prompt(loaded), self.thinking, self.max_turns)
+    def load(self, row: Row | Loaded[TaskT]) -> Loaded[TaskT]:
+        """``row`` loaded by this env (``load_task``, once), with its id; a ``Loaded`` is returned as it is."""
+        if isinstance(row, Loaded):
+            return row
+        if not isinstance(row, dict):
+            raise TaskError(f"a row must be a JSON object, got {type(row).__name__}")
+        return Loaded(row, self.load_task(row), task_id(row))
+
+    async def astart(self, loaded: Loaded[TaskT]) -> Episode[TaskT]:
+        """Begin an episode of a loaded task (an item of ``tasks``, or ``load(row)``); nothing is loaded again."""
+        if not isinstance(loaded, Loaded):
+            raise TypeError(f"astart takes a Loaded task (env.load(row) or an item of env.tasks), "
+                            f"got {type(loaded).__name__}")
+        episode = Episode(loaded.task, loaded.task_id, self.prompt(loaded.task), self.thinking, self.max_turns)
         if type(self).on_reset is not Env.on_reset:
             await self.on_reset(episode)
         return episode
@@ -276,7 +283,7 @@ class Env(gymnasium.Env[list, str]):
         return reward
 
     async def _group_scores(
-        self, task: Task, pending: list[tuple[int, str]], episodes: Sequence[Episode]
+        self, task: TaskT, pending: list[tuple[int, str]], episodes: Sequence[Episode]
     ) -> list[Reward]:
         name = type(self).__name__
         try:
@@ -288,15 +295,16 @@ class Env(gymnasium.Env[list, str]):
             return [Reward.failed(f"{name}.ascore_group returned {got} rewards for {len(pending)} answers")] * len(pending)
         return [r if isinstance(r, Reward) else Reward.failed(f"{name}.ascore_group returned a non-Reward") for r in rewards]
 
-    async def areward(self, task: Task, completion: str | Completion) -> Reward:
-        """Score one single-turn response to ``task`` through the scoring path (a group of one)."""
+    async def areward(self, task: Row | Loaded[TaskT], completion: str | Completion) -> Reward:
+        """Score one single-turn response to ``task`` (a row or a ``Loaded``) through the scoring path."""
         return (await self.ascore_responses(task, [completion]))[0]
 
-    async def ascore_responses(self, task: Task, responses: Sequence[str | Completion]) -> list[Reward]:
-        """Score G single-turn responses to one task as a group (per sample or with the group hook)."""
+    async def ascore_responses(self, task: Row | Loaded[TaskT], responses: Sequence[str | Completion]) -> list[Reward]:
+        """Score G single-turn responses to one task (a row, loaded once, or a ``Loaded``) as a group."""
+        loaded = self.load(task)
         episodes = []
         for response in responses:
-            episode = await self.astart(task)
+            episode = await self.astart(loaded)
             await self.aadvance(episode, response)
             episodes.append(episode)
         try:
@@ -317,13 +325,13 @@ class Env(gymnasium.Env[list, str]):
             self._np_random, self._np_random_seed = seeding.np_random(seed)
         options = options or {}
         if "task" in options:
-            row = options["task"]
+            item: Row | Loaded[TaskT] = options["task"]
         elif self.tasks is not None:
-            row = self.tasks.sample(self.np_random)
+            item = self.tasks.sample(self.np_random)
         else:
             raise TaskError("no task: pass options={'task': row} or construct the env with tasks=")
         await self._end_current()
-        episode = self.episode = await self.astart(row)
+        episode = self.episode = await self.astart(self.load(item))
         info = {"task_id": episode.task_id, "thinking": episode.thinking, "max_turns": episode.max_turns}
         return list(episode.messages), info
 

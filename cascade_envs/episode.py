@@ -9,9 +9,11 @@ envs keep what one episode needs (a workplace database, a repository checkout) i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from .core import Completion, Message, Reward, Task
+from .core import Completion, Message, Reward
+
+TaskT = TypeVar("TaskT")
 
 
 @dataclass(slots=True)
@@ -30,10 +32,10 @@ class Turn:
 
 
 @dataclass(slots=True)
-class Episode:
-    """One episode in play: its task, its transcript, where it stands."""
+class Episode(Generic[TaskT]):
+    """One episode in play: its task (as its env loaded it), its transcript, where it stands."""
 
-    task: Task
+    task: TaskT
     task_id: str
     messages: list[Message]
     """The whole transcript so far: the prompt, then each model turn and the env's answers."""

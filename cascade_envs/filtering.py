@@ -259,10 +259,10 @@ class FilterJob:
 
     async def _play(self, runner: Any, env: Env, line: int, row: Any, rollouts: Any) -> Outcome:
         rid = row_id(row)
-        task, error = validate_row(row, env.load_task)
-        if task is None:
+        loaded, error = validate_row(row, env.load)
+        if loaded is None:
             return Outcome(line, rid, self.settings.k, 0, 0, "bad_row", [f"{self.tasks}:{line}: {error}"])
-        (group,) = await runner.arun([(self.env_id, task)])
+        (group,) = await runner.arun([(self.env_id, loaded)])
         rollouts.write("".join(json.dumps({"row": line, **e.to_dict()}, ensure_ascii=False) + "\n"
                                for e in group.episodes))
         rollouts.flush()

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .core import CascadeError, Task
+from .core import CascadeError
+from .data import Loaded
 from .env import Env
 from .registry import ENV_ID_RE, make
 
@@ -150,7 +151,7 @@ class EnvMix:
     def ids(self) -> list[str]:
         return list(self.weights)
 
-    def _next_task(self, env_id: str) -> Task:
+    def _next_task(self, env_id: str) -> Loaded[Any]:
         tasks = self.envs[env_id].tasks
         assert tasks is not None
         order = self._orders[env_id]
@@ -158,16 +159,16 @@ class EnvMix:
             order.extend(int(i) for i in self._rng.permutation(len(tasks)))
         return tasks[order.pop()]
 
-    def sample(self, n: int) -> list[tuple[str, Task]]:
-        """Draw ``n`` ``(env_id, task)`` items."""
+    def sample(self, n: int) -> list[tuple[str, Loaded[Any]]]:
+        """Draw ``n`` ``(env_id, loaded task)`` items."""
         ids = self.ids
         probabilities = np.array([self.weights[i] for i in ids])
         picks = self._rng.choice(len(ids), size=n, p=probabilities)
         return [(ids[int(p)], self._next_task(ids[int(p)])) for p in picks]
 
-    def all_tasks(self, limit: int | None = None) -> list[tuple[str, Task]]:
+    def all_tasks(self, limit: int | None = None) -> list[tuple[str, Loaded[Any]]]:
         """Every task of every env (at most ``limit`` per env), in file order: an evaluation pass."""
-        items: list[tuple[str, Task]] = []
+        items: list[tuple[str, Loaded[Any]]] = []
         for env_id, env in self.envs.items():
             assert env.tasks is not None
             items += [(env_id, task) for task in list(env.tasks)[:limit]]

@@ -5,12 +5,16 @@
     def test_my_env_conforms():
         check_env("myns/MyEnv-v0", good_row=ROW, good_answer="... \\\\boxed{42}", bad_answer="\\\\boxed{41}")
 
-It plays the env the way the runner and the trainer do and asserts the contracts of DESIGN.md §2:
+An env package keeps its arguments as a ``Case`` in its ``conformance`` module (``CASE``), next to
+the env; ``conformance_case(env_id)`` finds it and ``Case.check`` runs it. It plays the env the way
+the runner and the trainer do and asserts the contracts of DESIGN.md §2:
 
 - ``reset`` with a row and with a seed (the same seed draws the same task); observations are chat
   messages of the env's observation space;
 - malformed rows (not a mapping, empty, and any ``bad_rows`` you pass with the field they break)
   raise ``TaskError``, naming the field where you say which;
+- two instances (the second made with ``other_kwargs``, when the env is given by id or those are
+  given) each load their own tasks: none is shared, so one's settings never reach the other's tasks;
 - the good answer earns a positive, unmasked reward (through ``step`` and through the runner); the
   bad answer, if given, a plain 0;
 - malformed answers — empty, whitespace, zero-width or other invisible characters only, several
@@ -31,11 +35,14 @@ Two test doubles play a script where a model would answer, with no model and no 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from .core import Completion, Message, Reward, TaskError
+from .core import Completion, Message, Reward, Row, TaskError
 from .env import Env, run_sync
 from .policy import SamplingParams
 
@@ -64,34 +71,76 @@ class ConformanceError(AssertionError):
     """An env breaks a contract of DESIGN.md §2; the message says which."""
 
 
+@dataclass(frozen=True)
+class Case:
+    """One env's conformance case: ``check_env``'s arguments, kept in the env package's ``conformance.py``."""
+
+    good_row: Row
+    good_answer: str
+    bad_answer: str | None = None
+    bad_rows: Sequence[tuple[Any, str | None]] = ()
+    setup_turns: Sequence[str] = ()
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    other_kwargs: Mapping[str, Any] | None = None
+    requires: Sequence[str] = ()
+    """Modules the env needs (e.g. ``openhands``): ``missing`` names those that are not installed."""
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name in self.requires if importlib.util.find_spec(name) is None]
+
+    def check(self, env: str | Env, time_limit_s: float = 60.0) -> None:
+        """``check_env(env, ...)`` with this case's arguments."""
+        check_env(env, self.good_row, self.good_answer, bad_answer=self.bad_answer, bad_rows=self.bad_rows,
+                  setup_turns=self.setup_turns, env_kwargs=dict(self.env_kwargs), other_kwargs=self.other_kwargs,
+                  time_limit_s=time_limit_s)
+
+
+def conformance_case(env_id: str) -> Case:
+    """The ``CASE`` of the ``conformance`` module beside the registered env's module (``pkg.env:Cls`` ->
+    ``pkg.conformance``); ``LookupError`` when there is none."""
+    from .registry import spec
+
+    entry = spec(env_id).entry_point
+    module = entry.partition(":")[0] if isinstance(entry, str) else entry.__module__
+    name = f"{module.rpartition('.')[0]}.conformance"
+    case = getattr(importlib.import_module(name), "CASE", None) if importlib.util.find_spec(name) else None
+    if not isinstance(case, Case):
+        raise LookupError(f"{env_id}: no conformance case (a Case named CASE in {name})")
+    return case
+
+
 def check_env(
     env: str | Env,
-    good_row: dict[str, Any],
+    good_row: Row,
     good_answer: str,
     *,
     bad_answer: str | None = None,
     bad_rows: Iterable[tuple[Any, str | None]] = (),
     setup_turns: Sequence[str] = (),
     env_kwargs: dict[str, Any] | None = None,
+    other_kwargs: Mapping[str, Any] | None = None,
     time_limit_s: float = 60.0,
 ) -> None:
     """Assert that ``env`` (an id or an instance) keeps the environment contract; see the module docstring.
 
     ``bad_rows``: ``(row, field)`` pairs; each row must raise ``TaskError`` whose ``field`` is the
-    given name (``None``: any field).
+    given name (``None``: any field). ``other_kwargs``: the settings of a second instance (default:
+    ``env_kwargs``, when ``env`` is an id; with an instance, a second one is made only from these).
     """
     run_sync(_check(env, good_row, good_answer, bad_answer, list(bad_rows), list(setup_turns),
-                    env_kwargs or {}, time_limit_s))
+                    env_kwargs or {}, other_kwargs, time_limit_s))
 
 
 async def _check(
     env_or_id: str | Env,
-    good_row: dict[str, Any],
+    good_row: Row,
     good_answer: str,
     bad_answer: str | None,
     bad_rows: list[tuple[Any, str | None]],
     setup_turns: list[str],
     env_kwargs: dict[str, Any],
+    other_kwargs: Mapping[str, Any] | None,
     limit: float,
 ) -> None:
     from .registry import make
@@ -102,6 +151,13 @@ async def _check(
     try:
         await _check_reset(env, name, good_row)
         await _check_rows(env, name, bad_rows)
+        if isinstance(env_or_id, str) or other_kwargs is not None:
+            settings = {**env_kwargs, **(other_kwargs or {})}
+            other = make(env_or_id, **settings) if isinstance(env_or_id, str) else type(env)(**settings)
+            try:
+                _check_own_tasks(env, other, name, good_row)
+            finally:
+                await other.aclose()
         good = await _bounded(_play(env, good_row, setup_turns, good_answer), limit, f"{name}: the good answer")
         _require(not good.masked and good.value > 0, f"{name}: the good answer scored {_show(good)}")
         _require(good.error is None, f"{name}: an unmasked reward carries an error: {_show(good)}")
@@ -120,7 +176,7 @@ async def _check(
             await env.aclose()
 
 
-async def _check_reset(env: Env, name: str, row: dict[str, Any]) -> None:
+async def _check_reset(env: Env, name: str, row: Row) -> None:
     observation, info = await env.areset(options={"task": row})
     _require(env.observation_space.contains(observation), f"{name}: reset's observation is not chat messages")
     _require(bool(observation), f"{name}: reset gave no prompt messages")
@@ -132,19 +188,28 @@ async def _check_reset(env: Env, name: str, row: dict[str, Any]) -> None:
 
 
 async def _check_rows(env: Env, name: str, bad_rows: list[tuple[Any, str | None]]) -> None:
-    for row, field in [("not a mapping", None), ({}, None), *bad_rows]:
+    for row, bad in [("not a mapping", None), ({}, None), *bad_rows]:
         try:
-            await env.astart(row)
+            env.load(row)
         except TaskError as exc:
-            _require(field is None or exc.field == field,
-                     f"{name}: a row with a bad {field!r} raised TaskError about {exc.field!r}: {exc}")
+            _require(bad is None or exc.field == bad,
+                     f"{name}: a row with a bad {bad!r} raised TaskError about {exc.field!r}: {exc}")
             continue
         except Exception as exc:
             raise ConformanceError(f"{name}: a malformed row raised {type(exc).__name__}, not TaskError: {exc}") from exc
         raise ConformanceError(f"{name}: the malformed row {str(row)[:80]!r} was accepted")
 
 
-async def _play(env: Env, row: dict[str, Any], setup_turns: list[str], answer: Any) -> Reward:
+def _check_own_tasks(env: Env, other: Env, name: str, row: Row) -> None:
+    """Each instance loads its own tasks: a task shared between instances would carry the settings of
+    the instance that loaded it (a process-wide cache once gave ``top_k=0`` the tasks of ``top_k=5``)."""
+    _require(env.tasks is None or env.tasks is not other.tasks, f"{name}: two instances share one task source")
+    shared = [a.task_id for a, b in zip(env.tasks or (), other.tasks or (), strict=False) if a is b or a.task is b.task]
+    shared += ["good_row"] if env.load(row).task is other.load(row).task else []
+    _require(not shared, f"{name}: two instances share the tasks {shared[:3]}: each must load its own")
+
+
+async def _play(env: Env, row: Row, setup_turns: list[str], answer: Any) -> Reward:
     """One episode through the env's machinery: setup turns, the answer, then the scoring path.
 
     A group-scored env sees the answer next to an empty one (its reward needs a group).
@@ -159,8 +224,8 @@ async def _play(env: Env, row: dict[str, Any], setup_turns: list[str], answer: A
             await env.aend(episode)
 
 
-async def _played(env: Env, row: dict[str, Any], setup_turns: list[str], answer: Any) -> Any:
-    episode = await env.astart(row)
+async def _played(env: Env, row: Row, setup_turns: list[str], answer: Any) -> Any:
+    episode = await env.astart(env.load(row))
     for turn in setup_turns:
         await env.aadvance(episode, turn)
         _require(not episode.done, f"setup turn {turn[:40]!r} ended the episode")
@@ -170,7 +235,7 @@ async def _played(env: Env, row: dict[str, Any], setup_turns: list[str], answer:
     return episode
 
 
-async def _check_group_agrees(env: Env, name: str, row: dict[str, Any], answers: list[str], limit: float) -> None:
+async def _check_group_agrees(env: Env, name: str, row: Row, answers: list[str], limit: float) -> None:
     if env.scores_groups:
         return
     group = await _bounded(env.ascore_responses(row, answers), limit, f"{name}: group scoring")
@@ -180,7 +245,7 @@ async def _check_group_agrees(env: Env, name: str, row: dict[str, Any], answers:
 
 
 async def _check_runner(
-    env: Env, name: str, row: dict[str, Any], setup_turns: list[str], answer: str, expected: float, limit: float
+    env: Env, name: str, row: Row, setup_turns: list[str], answer: str, expected: float, limit: float
 ) -> None:
     from .rollout import RolloutRunner
 

@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 from cascade_envs.core import CascadeError
+from cascade_envs.data import Loaded
 from cascade_envs.mix import EnvMix
 from cascade_envs.rollout.runner import RolloutRunner
 from cascade_envs.testing import ScriptedPolicy
@@ -31,12 +32,12 @@ pytestmark = pytest.mark.xdist_group("host-shared-memory")
 MATH, MCQA, IF, WORK = "cascade/Math-v0", "cascade/MCQA-v0", "cascade/InstructionFollowing-v0", "cascade/Workplace-v0"
 
 
-def answers_for(env_id: str, task: dict) -> list[str]:
+def answers_for(env_id: str, task: Loaded) -> list[str]:
     """Four answers to one task, right and wrong ones mixed (for IF: texts that meet some constraints)."""
     if env_id == IF:
         return ["lantern logbook\n\n***\n\nlantern\n\n***\n\nlogbook", "short", "<think>x</think>Words, words, words.",
                 "A B C\n\n***\n\nD"]
-    right = task["expected_answer"]
+    right = task.row["expected_answer"]
     return [f"\\boxed{{{right}}}", "\\boxed{Z}", f"<think>hm</think>The answer is \\boxed{{{right}}}", "no idea"]
 
 
@@ -50,16 +51,16 @@ def score_batch(mix: EnvMix, per_env: int = 4) -> list[list[dict]]:
     return asyncio.run(go())
 
 
-def workplace_turns(task: dict) -> list[str]:
-    calls = [{"name": c["name"], "arguments": json.loads(c["arguments"])} for c in task["solution"]]
+def workplace_turns(task: Loaded) -> list[str]:
+    calls = [{"name": c["name"], "arguments": json.loads(c["arguments"])} for c in task.row["solution"]]
     return [f"<tool_call>{json.dumps(call)}</tool_call>" for call in calls] + ["Done."]
 
 
-def solution_policy(tasks: list[dict]) -> ScriptedPolicy:
+def solution_policy(tasks: list[Loaded]) -> ScriptedPolicy:
     """Plays a workplace task's reference solution turn by turn, then answers; on every other task it
     answers at once (and scores 0)."""
-    turns = {t["responses_create_params"]["input"][-1]["content"]: workplace_turns(t) if i % 2 == 0 else ["Done."]
-             for i, t in enumerate(tasks)}
+    turns = {t.row["responses_create_params"]["input"][-1]["content"]: workplace_turns(t) if i % 2 == 0
+             else ["Done."] for i, t in enumerate(tasks)}
 
     def turn(messages: list[dict]) -> str:
         script = turns[next(m["content"] for m in messages if m["role"] == "user")]
@@ -155,13 +156,13 @@ def test_a_stateful_episode_whose_actor_died_is_masked_with_the_reason(local_ray
     turns = workplace_turns(task)
 
     async def go():
-        episode = await env.astart(task)
+        episode = await env.astart(env.load(task))
         await env.aadvance(episode, turns[0])
         kill_and_wait(env.pool.actors[0])
         turn = await env.aadvance(episode, turns[1])
         rewards = await env.ascore_episodes([episode])
         await env.aend(episode)
-        fresh = await env.astart(task)  # the replacement actor plays new episodes
+        fresh = await env.astart(env.load(task))  # the replacement actor plays new episodes
         for text in turns:
             await env.aadvance(fresh, text)
         again = await env.ascore_episodes([fresh])

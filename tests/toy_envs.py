@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
-from cascade_envs import Env, Episode, Reward, TaskError, Turn
+from cascade_envs import Env, Episode, Prompt, Reward, Row, TaskError, Turn
 from cascade_envs.core import Completion
 from cascade_envs.policy import ContextOverflowError
 from cascade_envs.testing import ScriptedPolicy
 
 
-class ExactAnswerEnv(Env):
+@dataclass(frozen=True)
+class ExactTask:
+    prompt: Prompt
+    answer: str
+
+
+class ExactAnswerEnv(Env[ExactTask]):
     """Reward 1 when the final answer equals the task's ``answer`` (after stripping)."""
 
-    def load_task(self, row: dict[str, Any]) -> dict[str, Any]:
-        row = super().load_task(row)
+    def load_task(self, row: Row) -> ExactTask:
+        prompt = Prompt.of(row)
         if not isinstance(row.get("answer"), str):
             raise TaskError("expected a string", "answer")
-        return row
+        return ExactTask(prompt, row["answer"])
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
-        if answer.strip() == task["answer"]:
+    async def ascore(self, task: ExactTask, answer: str) -> Reward:
+        if answer.strip() == task.answer:
             return Reward(1.0)
-        return Reward.zero(f"expected {task['answer']!r}")
+        return Reward.zero(f"expected {task.answer!r}")
 
 
 class BrokenVerifierEnv(ExactAnswerEnv):
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+    async def ascore(self, task: ExactTask, answer: str) -> Reward:
         raise RuntimeError("judge server unreachable")
 
 
@@ -35,22 +42,21 @@ class LookupToolEnv(ExactAnswerEnv):
 
     max_turns = 3
 
-    def prompt(self, task: dict[str, Any]) -> list[dict[str, Any]]:
-        tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+    def prompt(self, task: ExactTask) -> list[dict[str, Any]]:
+        tools = ({"type": "function", "name": "lookup", "parameters": {"type": "object"}},)
         system = {"role": "system", "content": "Use tools."}
-        messages = [system, {"role": "user", "content": task["prompt"]}]
-        return super().prompt({"messages": messages, "tools": tools})
+        return super().prompt(replace(task, prompt=Prompt((system, *task.prompt.messages), tools)))
 
     async def aturn(self, episode: Episode, completion: Completion) -> Turn:
         parsed = self.parse_tool_calls(completion)
         if parsed.errors:
             return Turn([{"role": "tool", "content": "error: " + "; ".join(parsed.errors)}])
         if parsed.calls:
-            return Turn([{"role": "tool", "content": episode.task["answer"]} for _ in parsed.calls])
+            return Turn([{"role": "tool", "content": episode.task.answer} for _ in parsed.calls])
         return Turn(done=True)
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
-        return Reward(float(task["answer"] in answer))
+    async def ascore(self, task: ExactTask, answer: str) -> Reward:
+        return Reward(float(task.answer in answer))
 
 
 class LongestWinsEnv(ExactAnswerEnv):

@@ -13,7 +13,7 @@ import os
 import socket
 from typing import Any
 
-from ..core import Completion, Message, Reward, Task
+from ..core import Completion, Message, Reward, Row
 from ..env import Env
 from ..episode import Episode, Turn
 
@@ -55,7 +55,7 @@ class EnvActor:
         """The env's one scoring path over finished episodes (a group, or one episode)."""
         return await self.env.ascore_episodes(episodes)
 
-    async def score_answer(self, task: Task, answer: str) -> Reward:
+    async def score_answer(self, task: Any, answer: str) -> Reward:
         """``Env.ascore`` of one final answer (reasoning already split off)."""
         try:
             return await self.env.ascore(task, answer)
@@ -64,9 +64,10 @@ class EnvActor:
 
     # ----- stateful episodes (sticky) -------------------------------------------------------------
 
-    async def start(self, key: str, task: Task) -> Episode:
-        """Begin an episode kept here under ``key``; returns it without its state."""
-        episode = await self.env.astart(task)
+    async def start(self, key: str, row: Row) -> Episode:
+        """Begin an episode of ``row`` (loaded by this actor's env) kept here under ``key``; returns it
+        without its state."""
+        episode = await self.env.astart(self.env.load(row))
         self.episodes[key] = episode
         return _without_state(episode)
 
@@ -107,7 +108,8 @@ class EnvActor:
 
 
 def _without_state(episode: Episode) -> Episode:
-    copy = Episode(episode.task, episode.task_id, list(episode.messages), episode.thinking, episode.max_turns)
+    """What the proxy mirrors: the episode without its state and its task (the proxy holds its own)."""
+    copy: Episode = Episode(None, episode.task_id, list(episode.messages), episode.thinking, episode.max_turns)
     copy.completions, copy.turns = list(episode.completions), episode.turns
     copy.terminated, copy.truncated, copy.outcome = episode.terminated, episode.truncated, episode.outcome
     return copy

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import CascadeError, Completion, Message, Reward, Task, as_completion
+from ..core import CascadeError, Completion, Message, Reward, Row, as_completion
+from ..data import Loaded
 from ..env import Env
 from ..episode import Episode, Turn
 from .actor import EpisodeView
@@ -48,7 +49,7 @@ class RemoteEpisode:
     released: bool = False
 
 
-class RayEnv(Env):
+class RayEnv(Env[Any]):
     """``local`` (the env as made in this process) with its scoring or episodes on ``pool``.
 
     ``sticky``: play whole episodes on the actors (default: when the env is stateful). Closing
@@ -73,25 +74,23 @@ class RayEnv(Env):
             raise AttributeError(name)
         return getattr(local, name)
 
-    def load_task(self, row: dict[str, Any]) -> Task:
+    def load_task(self, row: Row) -> Any:
         return self.local.load_task(row)
 
-    def task_cache_key(self) -> tuple[Any, ...]:
-        return self.local.task_cache_key()
-
-    def prompt(self, task: Task) -> list[Message]:
+    def prompt(self, task: Any) -> list[Message]:
         return self.local.prompt(task)
 
     # ----- playing --------------------------------------------------------------------------------
 
-    async def astart(self, task: Task) -> Episode:
+    async def astart(self, loaded: Loaded[Any]) -> Episode:
+        """Non-sticky: here. Sticky: on an actor, whose env loads the row (a typed task stays in its process)."""
         if not self.sticky:
-            return await self.local.astart(task)
+            return await self.local.astart(loaded)
         for attempt in range(self.pool.retries + 1):
             index, generation = await self.pool.pick()
             key = uuid.uuid4().hex
             try:
-                episode: Episode = await self.pool.call_on(index, generation, "start", key, task)
+                episode: Episode = await self.pool.call_on(index, generation, "start", key, loaded.row)
             except EpisodeLost:  # nothing was played yet: start it on another actor
                 self.pool.drop(index, generation)
                 if attempt == self.pool.retries:
@@ -100,7 +99,7 @@ class RayEnv(Env):
             except BaseException:
                 self.pool.drop(index, generation)
                 raise
-            episode.state = RemoteEpisode(index, generation, key)
+            episode.task, episode.state = loaded.task, RemoteEpisode(index, generation, key)
             return episode
         raise AssertionError("unreachable")
 

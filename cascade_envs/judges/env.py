@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..core import Message
-from ..data import TaskSource
+from ..core import Message, Row
+from ..data import TaskT
 from ..env import Env
 from .base import Judge, JudgeError
 from .resolve import JudgeSource, make_judge
@@ -16,7 +17,7 @@ QUOTE_CHARS = 200
 """How much of an unparseable reply a ``JudgeError`` quotes."""
 
 
-class JudgedEnv(Env):
+class JudgedEnv(Env[TaskT]):
     """Base of envs scored by an LLM judge; every judged env takes the same constructor arguments.
 
     ``judge_url``: a URL, a list of URLs (least busy first), a registered judge name, or a ``Judge``
@@ -33,7 +34,7 @@ class JudgedEnv(Env):
     judge_max_tokens: int = 4096
     judge_temperature: float = 0.0
 
-    def __init__(self, tasks: str | Iterable[Any] | TaskSource | None = None, *,
+    def __init__(self, tasks: str | os.PathLike[str] | Iterable[Row] | None = None, *,
                  judge_url: JudgeSource = None, judge_model: str | None = None, judge_concurrency: int = 32,
                  judge_timeout_s: float = 120.0, **env_kwargs: Any):
         owner = type(self).__name__

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import Completion, Message, Reward, Task
-from ..data import task_id
+from ..core import Completion, Message, Reward, Row
+from ..data import Loaded, task_id
 from ..defaults import DEFAULT_CONCURRENCY
 from ..env import Env, Episode, run_sync
 from ..policy import ContextOverflowError, Policy, SamplingParams
@@ -91,11 +91,11 @@ class EpisodeResult:
 
 @dataclass(slots=True)
 class GroupResult:
-    """The ``group_size`` episodes of one task."""
+    """The ``group_size`` episodes of one task (``row``: the task's row, as given or as its env read it)."""
 
     env_id: str
     task_id: str
-    task: Task
+    row: Any
     episodes: list[EpisodeResult] = field(default_factory=list)
 
     @property
@@ -173,8 +173,12 @@ class RolloutRunner:
 
     # ----- running -------------------------------------------------------------------------------
 
-    async def arun(self, items: Iterable[tuple[str, Task]]) -> list[GroupResult]:
-        """Play every item ``group_size`` times; return the groups in input order."""
+    async def arun(self, items: Iterable[tuple[str, Row | Loaded[Any]]]) -> list[GroupResult]:
+        """Play every item ``group_size`` times; return the groups in input order.
+
+        An item's task is a ``Loaded`` of its env (``env.tasks``, ``EnvMix.sample``) or a raw row,
+        which the env loads once for the whole group (a bad row fails its group's episodes).
+        """
         items = list(items)
         semaphore = asyncio.Semaphore(self.concurrency)
         bar = _progress_bar(len(items) * self.group_size, self.progress)
@@ -182,15 +186,20 @@ class RolloutRunner:
             self.results_path.parent.mkdir(parents=True, exist_ok=True)
         out = self.results_path.open("a", encoding="utf-8") if self.results_path else None
 
-        async def play_group(index: int, env_id: str, task: Task) -> GroupResult:
-            group = GroupResult(env_id, _safe_task_id(task), task)
+        async def play_group(index: int, env_id: str, item: Row | Loaded[Any]) -> GroupResult:
+            group = GroupResult(env_id, _safe_task_id(item), item.row if isinstance(item, Loaded) else item)
             try:
-                env: Env | None = self.env(env_id)
+                env = self.env(env_id)
             except Exception as exc:
-                env, error = None, f"cannot make {env_id}: {type(exc).__name__}: {exc}"
-                group.episodes = [_failed(env_id, group.task_id, index, s, error) for s in range(self.group_size)]
-            if env is not None:
-                await self._play_group(env, group, index, semaphore, bar)
+                self._fail(group, index, f"cannot make {env_id}: {type(exc).__name__}: {exc}")
+            else:
+                try:
+                    loaded = env.load(item)
+                except Exception as exc:
+                    self._fail(group, index, f"{type(exc).__name__}: {exc}")
+                    bar.update(self.group_size)
+                else:
+                    await self._play_group(env, loaded, group, index, semaphore, bar)
             if out:
                 out.write("".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in group.episodes))
                 out.flush()
@@ -203,12 +212,16 @@ class RolloutRunner:
                 out.close()
             bar.close()
 
-    def run(self, items: Iterable[tuple[str, Task]]) -> list[GroupResult]:
+    def run(self, items: Iterable[tuple[str, Row | Loaded[Any]]]) -> list[GroupResult]:
         return run_sync(self.arun(items))
 
-    async def _play_group(self, env: Env, group: GroupResult, index: int, semaphore: asyncio.Semaphore, bar: Any) -> None:
+    def _fail(self, group: GroupResult, index: int, error: str) -> None:
+        group.episodes = [_failed(group.env_id, group.task_id, index, s, error) for s in range(self.group_size)]
+
+    async def _play_group(self, env: Env, loaded: Loaded[Any], group: GroupResult, index: int,
+                          semaphore: asyncio.Semaphore, bar: Any) -> None:
         played = await asyncio.gather(
-            *(self._episode(semaphore, env, group, index, s, bar) for s in range(self.group_size))
+            *(self._episode(semaphore, env, loaded, group, index, s, bar) for s in range(self.group_size))
         )
         group.episodes = [result for result, _ in played]
         if not env.scores_groups:
@@ -228,14 +241,15 @@ class RolloutRunner:
             result.reward = reward
 
     async def _episode(
-        self, semaphore: asyncio.Semaphore, env: Env, group: GroupResult, index: int, sample: int, bar: Any
+        self, semaphore: asyncio.Semaphore, env: Env, loaded: Loaded[Any], group: GroupResult, index: int,
+        sample: int, bar: Any,
     ) -> tuple[EpisodeResult, Episode | None]:
         async with semaphore:
             start = time.perf_counter()
             result = EpisodeResult(group.env_id, group.task_id, index, sample, [], [], Reward(0.0))
             episode: Episode | None = None
             try:
-                episode = await env.astart(group.task)
+                episode = await env.astart(loaded)
                 deadline = env.episode_timeout_s or self.episode_timeout_s
                 sampling = self._sampling_for(index, sample)
                 if deadline:
@@ -337,8 +351,10 @@ def _failed(env_id: str, key: str, group: int, sample: int, error: str) -> Episo
     return EpisodeResult(env_id, key, group, sample, [], [], Reward.failed(error), error=error)
 
 
-def _safe_task_id(task: Any) -> str:
-    return task_id(task) if isinstance(task, dict) else "<invalid>"
+def _safe_task_id(item: Any) -> str:
+    if isinstance(item, Loaded):
+        return item.task_id
+    return task_id(item) if isinstance(item, dict) else "<invalid>"
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
@@ -347,7 +363,7 @@ def _progress_bar(total: int, enabled: bool) -> Any:
     return tqdm(total=total, disable=not enabled, unit="ep", dynamic_ncols=True, mininterval=0.5)
 
 
-def run_rollouts(policy: Policy, items: Iterable[tuple[str, Task]], **kwargs: Any) -> list[GroupResult]:
+def run_rollouts(policy: Policy, items: Iterable[tuple[str, Row | Loaded[Any]]], **kwargs: Any) -> list[GroupResult]:
     """Sync convenience: play ``items`` with a fresh runner and close the envs it made."""
 
     async def play() -> list[GroupResult]:

@@ -18,6 +18,9 @@ A tool's life in an episode, and the module that handles each step:
 - **hidden arguments**: parameters such as a database handle or a workspace are listed in
   ``hidden``; they never appear in the schema, the policy cannot pass them, and the env supplies
   them per episode through ``acall``'s ``context``.
+- **a turn** (``toolbox``): ``Toolbox.aturn`` answers one model reply: it skips a reply cut at the
+  length limit, splits off the reasoning, parses the calls, ends the episode when there are none,
+  runs at most ``max_calls`` with the hidden context, and counts calls and errors (``ToolTurn``).
 
 Example::
 
@@ -32,9 +35,10 @@ Example::
 
     toolbox = Toolbox([search_emails])
     messages = with_tools(messages, toolbox.specs())
-    for call in tool_parsers.get("xml_json")(completion).calls:
-        result = await toolbox.acall(call, {"db": episode.state})
-        observation.append(result.message())
+    ...
+    async def aturn(self, episode, completion):  # the env's answer to each model turn
+        tools = await toolbox.aturn(completion, {"db": episode.state}, max_calls=8, parser=self.tool_parser)
+        return Turn(tools.messages, done=tools.ended, info=tools.info)
 """
 
 from .calls import (
@@ -49,7 +53,7 @@ from .calls import (
     with_tools,
 )
 from .schema import schema_from_function, type_schema
-from .toolbox import Tool, Toolbox, ToolError, ToolResult, render_result, tool
+from .toolbox import Tool, Toolbox, ToolError, ToolResult, ToolTurn, render_result, tool
 from .validation import validate_arguments
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "ToolError",
     "ToolParser",
     "ToolResult",
+    "ToolTurn",
     "Toolbox",
     "normalise_tool",
     "parse_xml_json_tool_calls",

@@ -3,7 +3,8 @@
 ``Toolbox.acall`` turns everything the policy can get wrong into a tool message it can read
 (``ok=False``, ``"Error: ..."``): an unknown tool, arguments that break the tool's schema, a
 ``ToolError`` raised by the function, any other exception, a timeout. Mistakes of the env itself (a
-hidden value missing from ``context``) raise.
+hidden value missing from ``context``) raise. ``Toolbox.aturn`` answers a whole model reply: the
+tool turn of every multi-turn env (parse, bound, dispatch, answer, end or go on).
 
 Arguments are checked against the announced schema made strict by the function's signature: an
 argument outside the schema's ``properties`` is unknown (so the policy can never pass a hidden
@@ -27,11 +28,12 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, overload
 
-from ..core import CascadeError, Message
-from .calls import ToolCall, normalise_tool
+from ..core import CascadeError, Completion, Message
+from ..reasoning import split_reasoning
+from .calls import DEFAULT_TOOL_PARSER, ToolCall, normalise_tool, tool_parsers
 from .schema import (
     argument_converters,
     function_description,
@@ -47,6 +49,8 @@ log = logging.getLogger("cascade_envs.tools")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_ERROR_CHARS = 1000
 """Bound of an error message built from an exception or an unknown tool's name."""
+MAX_LISTED_NAMES = 10
+"""Names of calls left unrun that a tool turn's message lists."""
 
 
 class ToolError(CascadeError):
@@ -143,6 +147,25 @@ class ToolResult:
         return {"role": "tool", "tool_call_id": self.call.id, "name": self.call.name, "content": self.content}
 
 
+@dataclass(slots=True)
+class ToolTurn:
+    """What one model reply did with the tools (``Toolbox.aturn``)."""
+
+    messages: list[Message] = field(default_factory=list)
+    """The tool messages that answer the reply (results, then ``Error:`` messages)."""
+    calls: int = 0
+    """Calls that ran."""
+    errors: int = 0
+    """Calls that failed, and call blocks that did not parse."""
+    ended: bool = False
+    """The reply made no call: it is the final answer and the episode ends."""
+
+    @property
+    def info(self) -> dict[str, int]:
+        """The counts, as a ``Turn``'s info: ``tool_calls``, ``tool_errors``."""
+        return {"tool_calls": self.calls, "tool_errors": self.errors}
+
+
 class _Signature:
     """What a tool's function accepts: the strict schema its arguments are checked with, and converters."""
 
@@ -175,17 +198,19 @@ class _Timeout(Exception):
 class Toolbox:
     """The tools of an env, by name; ``acall`` runs one call and never raises for the policy's mistakes.
 
-    Iterating a toolbox yields its ``Tool`` objects (``names`` lists their names).
+    Iterating a toolbox yields its ``Tool`` objects (``names`` lists their names). ``drop_nulls``:
+    an argument given as ``null`` counts as not given (as NeMo Gym's servers drop them).
     """
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]], *, max_result_chars: int = 20_000,
-                 timeout_s: float = 30.0):
+                 timeout_s: float = 30.0, drop_nulls: bool = False):
         if max_result_chars < 1:
             raise ValueError("max_result_chars must be at least 1")
         if not timeout_s > 0:
             raise ValueError("timeout_s must be positive")
         self.max_result_chars = int(max_result_chars)
         self.timeout_s = float(timeout_s)
+        self.drop_nulls = bool(drop_nulls)
         self._tools: dict[str, Tool] = {}
         self._signatures: dict[str, _Signature] = {}
         for item in tools:
@@ -233,7 +258,8 @@ class Toolbox:
             parameters = function.get("parameters") or {"type": "object", "properties": {}}
             tools.append(Tool(base.name, base.description if description is None else description,
                               copy.deepcopy(parameters), base.fn, base.hidden))
-        return Toolbox(tools, max_result_chars=self.max_result_chars, timeout_s=self.timeout_s)
+        return Toolbox(tools, max_result_chars=self.max_result_chars, timeout_s=self.timeout_s,
+                       drop_nulls=self.drop_nulls)
 
     async def acall(self, call: ToolCall, context: Mapping[str, Any] | None = None) -> ToolResult:
         """Run ``call``; hidden parameters come from ``context`` (a missing one raises ``KeyError``).
@@ -249,8 +275,9 @@ class Toolbox:
         if missing:
             raise KeyError(f"tool {chosen.name!r} needs {missing} in the context (hidden parameters the env injects)")
         signature = self._signatures[chosen.name]
-        problems = validate_arguments(signature.schema, call.arguments)
-        arguments = dict(call.arguments) if not problems else {}
+        given = {k: v for k, v in call.arguments.items() if v is not None} if self.drop_nulls else call.arguments
+        problems = validate_arguments(signature.schema, given)
+        arguments = dict(given) if not problems else {}
         for name, convert in signature.converters.items():
             if arguments.get(name) is not None:
                 try:
@@ -278,6 +305,44 @@ class Toolbox:
             message = f"{chosen.name} returned a value that cannot be rendered as JSON: {exc}"
             return self._failure(call, clip(message, MAX_ERROR_CHARS), start)
         return ToolResult(call, self._cut(content), ok=True, value=value, seconds=seconds)
+
+    async def aturn(self, reply: str, context: Mapping[str, Any] | None = None, *, max_calls: int,
+                    parser: str = DEFAULT_TOOL_PARSER, stop: Callable[[], str | None] | None = None) -> ToolTurn:
+        """Answer one model reply with its tool calls: the tool turn of a multi-turn env.
+
+        A reply cut at the length limit runs nothing (the env ends the episode truncated). The calls
+        are parsed (``parser``) from the reply's answer, the reasoning split off, so calls inside
+        ``<think>`` never run; a reply with no call (or an unterminated think block) ends the
+        episode. At most ``max_calls`` run, in order, each given the hidden arguments in
+        ``context``; a call block that does not parse is an ``Error:`` message (within the same
+        bound). Calls past the bound, or after ``stop()`` gives a reason (the episode finished, the
+        workspace is gone), are not run, and one ``Error:`` message says why, naming them.
+        """
+        if isinstance(reply, Completion) and reply.truncated:
+            return ToolTurn()
+        split = split_reasoning(reply)
+        parsed = tool_parsers.get(parser)(split.answer)
+        if split.unterminated or not (parsed.calls or parsed.errors):
+            return ToolTurn(ended=True)
+        turn, why = ToolTurn(errors=len(parsed.errors)), None
+        for call in parsed.calls:
+            why = stop() if stop is not None else None
+            if why or turn.calls == max_calls:
+                break
+            result = await self.acall(call, context)
+            turn.calls += 1
+            turn.errors += not result.ok
+            turn.messages.append(result.message())
+        room = max_calls - turn.calls
+        turn.messages += [_error_message(error) for error in parsed.errors[:room]]
+        names = [call.name for call in parsed.calls[turn.calls:]]
+        left = len(names) + max(0, len(parsed.errors) - room)
+        if left:
+            shown = ", ".join(names[:MAX_LISTED_NAMES]) + (", ..." if len(names) > MAX_LISTED_NAMES else "")
+            why = why or f"only the first {max_calls} tool calls of a reply run"
+            listed = f" ({shown})" if shown else ""
+            turn.messages.append(_error_message(f"{why}; {left} more were not run{listed}"))
+        return turn
 
     async def _run(self, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
         result = fn(**arguments)
@@ -307,6 +372,10 @@ class Toolbox:
             return content
         dropped = len(content) - self.max_result_chars
         return f"{content[: self.max_result_chars]}\n[... {dropped} more characters cut]"
+
+
+def _error_message(error: str) -> Message:
+    return {"role": "tool", "content": f"Error: {error}"}
 
 
 def render_result(value: Any) -> str:

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from cascade_envs.core import Message, Reward, Task
+from cascade_envs.core import Reward, Row
+from cascade_envs.data import Prompt
 from cascade_envs.judges import JudgedEnv, JudgeError
 from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
 from cascade_envs.workers import WorkerError
@@ -51,7 +52,7 @@ from cascade_envs.workers import WorkerError
 from .edits import MAX_ANSWER_CHARS, MAX_EDITS
 from .gym_modes import chosen_letter, reproduction_test
 from .prompt import SCORE_SCALE, judge_messages, parse_judge_score, repair_messages
-from .rows import SPEC, ChoiceSpec, RepairSpec, ReproSpec, load_row
+from .rows import AgentlessTask, ChoiceSpec, RepairSpec, ReproSpec, load_row
 from .scoring import Outcome, score_repair
 
 REWARDS = ("judge", "similarity")
@@ -63,7 +64,7 @@ INLINE_SIMILARITY_COST = 400_000
 """``len(reply) × len(reference change)`` under which the similarity runs inline (~15 ms at worst)."""
 
 
-class AgentlessRepairEnv(JudgedEnv):
+class AgentlessRepairEnv(JudgedEnv[AgentlessTask]):
     """Agentless repair scored by an LLM judge or by patch similarity; see the module docstring.
 
     ``reward``: ``"judge"`` or ``"similarity"`` (judge arguments are then ignored).
@@ -107,21 +108,19 @@ class AgentlessRepairEnv(JudgedEnv):
     def uses_judge(self) -> bool:
         return self.reward_kind == "judge"
 
-    def no_answer_value(self, task: Task) -> float:
+    def no_answer_value(self, task: AgentlessTask) -> float:
         """A repair with no visible reply is a format error (it makes no edit), as SWE-RL scores it."""
-        return self._format_error_value() if isinstance(task[SPEC], RepairSpec) else 0.0
+        return self._format_error_value() if isinstance(task.spec, RepairSpec) else 0.0
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        return load_row(row, self.top_k)
+    def load_task(self, row: Row) -> AgentlessTask:
+        prompt, spec = load_row(row, self.top_k)
+        if prompt is None:  # a repair row of this project: the env writes its prompt
+            assert isinstance(spec, RepairSpec)
+            prompt = Prompt(tuple(repair_messages(spec)))
+        return AgentlessTask(prompt, spec)
 
-    def prompt(self, task: Task) -> list[Message]:
-        spec = task[SPEC]
-        if isinstance(spec, RepairSpec) and spec.shown is not None:  # a row of this project: built here
-            task = {"messages": repair_messages(spec)}
-        return super().prompt(task)
-
-    async def ascore(self, task: Task, answer: str) -> Reward:
-        spec = task[SPEC]
+    async def ascore(self, task: AgentlessTask, answer: str) -> Reward:
+        spec = task.spec
         if isinstance(spec, ChoiceSpec):
             return _score_choice(spec, answer)
         if isinstance(spec, ReproSpec):

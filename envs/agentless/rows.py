@@ -14,8 +14,8 @@
   ``options`` (``[{letter: patch}, ...]``), ``expected_answer`` (a letter, or a list of them),
   ``grading_mode`` (``strict`` or ``lenient``, upstream's default).
 
-The spec is kept in the loaded task under ``SPEC`` (so loading again is free); the rest of the row
-is left as it came.
+The env's task (``AgentlessTask``) is the row's spec and the prompt the model sees: the row's own
+(NeMo Gym rows), or the one the env writes from the spec (this project's repair rows).
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cascade_envs.core import Task, TaskError
-from cascade_envs.data import decode_json_field, prompt_messages
+from cascade_envs.core import Row, TaskError
+from cascade_envs.data import Prompt, decode_json_field
 
 from .patches import PatchError, apply_patch, parse_patch
 from .similarity import normalized_change
 
-SPEC = "_agentless"
 MAX_FILE_CHARS = 1_000_000
 MAX_FILES = 64
 _BINARY = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
@@ -85,22 +84,25 @@ class ChoiceSpec:
 Spec = RepairSpec | ReproSpec | ChoiceSpec
 
 
-def load_row(row: dict[str, Any], top_k: int) -> Task:
-    """Validate ``row`` and attach its spec; ``TaskError`` names the field at fault."""
-    if isinstance(row.get(SPEC), (RepairSpec, ReproSpec, ChoiceSpec)):
-        return row
+@dataclass(frozen=True)
+class AgentlessTask:
+    """The env's task: the prompt the model sees and the spec that scores its answer."""
+
+    prompt: Prompt
+    spec: Spec
+
+
+def load_row(row: Row, top_k: int) -> tuple[Prompt | None, Spec]:
+    """The row's own prompt (``None`` for this project's repair rows, whose prompt the env writes) and
+    its spec; ``TaskError`` names the field at fault."""
     if "options" in row:
-        prompt_messages(row)
-        spec: Spec = _choice(row)
-    elif "instance" in row:
-        prompt_messages(row)
-        spec = _swerl_gen(row)
-    elif "files" in row:
-        spec = _own_repair(row, top_k)
-    else:
-        raise TaskError("not an agentless row: expected 'files' (a repair row), 'instance' (NeMo Gym swerl_gen) "
-                        "or 'options' (NeMo Gym swerl_llm_judge)")
-    return {**row, SPEC: spec}
+        return Prompt.of(row), _choice(row)
+    if "instance" in row:
+        return Prompt.of(row), _swerl_gen(row)
+    if "files" in row:
+        return None, _own_repair(row, top_k)
+    raise TaskError("not an agentless row: expected 'files' (a repair row), 'instance' (NeMo Gym swerl_gen) "
+                    "or 'options' (NeMo Gym swerl_llm_judge)")
 
 
 def _text(row: dict[str, Any], name: str, where: str | None = None) -> str:

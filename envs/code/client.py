@@ -16,6 +16,7 @@ from typing import Any
 from ...core import Reward
 from ...http import HTTPRequestError, RetryingClient
 from .judge import JudgeConfig
+from .task import CodeProblem
 
 CONNECT_TIMEOUT_S = 10.0
 SLACK_S = 10.0
@@ -55,8 +56,10 @@ class VerifierClient:
             )
         return self._clients[loop]
 
-    async def verify(self, task: dict[str, Any], answer: str) -> Reward:
-        payload = {"task": task, "answer": answer, "config": self.config, "deadline_s": self.timeout_s}
+    async def verify(self, task: CodeProblem, answer: str) -> Reward:
+        """Score ``answer`` on a service, which is sent the row's ``verifier_metadata`` as given."""
+        row = {"verifier_metadata": task.metadata}
+        payload = {"task": row, "answer": answer, "config": self.config, "deadline_s": self.timeout_s}
         try:
             data = await self._client().request_json("POST", "/verify", payload)
         except HTTPRequestError as exc:

@@ -4,22 +4,25 @@ The answer's last fenced code block (Python 3, or C++ compiled with ``g++ -O2 -s
 pass every test of the task — stdin/stdout, function-call (LeetCode-style) or checker-judged — to
 earn 1. It reads the public code RL rows unchanged (NeMo Gym ``code_gen`` layout, see ``task.py``).
 Tests run in a sandbox here, on a verification service when ``verifier_url`` is given
-(``cascade-envs serve-sandbox``), or on Ray actors when ``ray_actors`` is given.
+(``cascade-envs serve-sandbox``), or on Ray actors when ``ray_actors`` is given. A row's tests are
+parsed once, when it loads (``CodeProblem``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...core import Reward, Task
-from ...data import prompt_messages
+from ...core import Reward, Row
+from ...data import Prompt
 from ...env import Env
 from ...sandbox import Sandbox
+from .client import VerifierClient
 from .judge import Judge, JudgeConfig
-from .task import parse_code_task
+from .ray_verifier import RayVerifier
+from .task import CodeProblem, parse_code_task
 
 
-class CodeEnv(Env):
+class CodeEnv(Env[CodeProblem]):
     """Code generation graded by execution.
 
     ``sandbox``: a backend name or instance (default: ``bwrap``; where it does not work the env
@@ -59,28 +62,23 @@ class CodeEnv(Env):
         self.judge = Judge(sandbox, config)
         self.client: Any = None
         if verifier_url:
-            from .client import VerifierClient
-
             self.client = VerifierClient(verifier_url, timeout_s=verifier_timeout_s, config=config)
         elif ray_actors is not None:
-            from .ray_verifier import RayVerifier
-
             settings = {"sandbox": sandbox if isinstance(sandbox, str) else None, "time_limit_s": time_limit_s,
                         "memory_mb": memory_mb, "total_time_s": total_time_s,
                         "stop_at_first_failure": stop_at_first_failure}
-            self.client = RayVerifier(ray_actors, settings)
+            self.client = RayVerifier(type(self), ray_actors, settings)
         else:  # choose the backend now: without a usable one this raises (one line naming the fix)
             _ = self.judge.sandbox
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        prompt_messages(row)
-        parse_code_task(row)
-        return row
+    def load_task(self, row: Row) -> CodeProblem:
+        prompt = Prompt.of(row)
+        return CodeProblem(prompt, parse_code_task(row), row["verifier_metadata"])
 
-    async def ascore(self, task: Task, answer: str) -> Reward:
+    async def ascore(self, task: CodeProblem, answer: str) -> Reward:
         if self.client is not None:
             return await self.client.verify(task, answer)
-        return await self.judge.ascore(parse_code_task(task), answer)
+        return await self.judge.ascore(task.tests, answer)
 
     async def aclose(self) -> None:
         client, self.client = self.client, None

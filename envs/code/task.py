@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import TaskError
-from ...data import decode_json_field
+from ...data import Prompt, decode_json_field
 
 SUPPORTED_LANGUAGES = ("python", "cpp")
 CHECKER_EXIT = {0: "accepted", 1: "wrong answer", 2: "presentation error", 3: "checker failure", 7: "partial"}
@@ -56,6 +56,16 @@ class CodeTask:
     @property
     def n_tests(self) -> int:
         return len(self.inputs)
+
+
+@dataclass(frozen=True)
+class CodeProblem:
+    """The code env's task: the row's prompt, its tests (parsed once), and its ``verifier_metadata`` as
+    given, which a verification service reads (it parses rows itself)."""
+
+    prompt: Prompt
+    tests: CodeTask
+    metadata: dict[str, Any]
 
 
 def _unit_tests(meta: dict[str, Any]) -> dict[str, Any]:

@@ -51,8 +51,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from cascade_envs.core import Message, Reward, Task, TaskError
-from cascade_envs.data import prompt_messages
+from cascade_envs.core import Message, Reward, Row, TaskError
+from cascade_envs.data import Prompt
 from cascade_envs.episode import Episode
 from cascade_envs.judges import JudgedEnv, JudgeError
 from cascade_envs.reasoning import NO_ANSWER, has_visible_text, split_reasoning
@@ -72,8 +72,8 @@ NOT_TEXT = ("\ufffd", "\x00")
 QUOTE_CHARS = 200
 
 
-class GenRMEnv(JudgedEnv):
-    """Pairwise GenRM preference over a group's answers; see the module docstring.
+class GenRMEnv(JudgedEnv[Prompt]):
+    """Pairwise GenRM preference over a group's answers; see the module docstring. Its task is the row's ``Prompt``.
 
     ``strategy``: ``"all_pairs"`` or ``"circular"``; ``judges_per_pair``: judge samples per pair;
     the five ``Coefficients``; ``prompt_format``: ``"helpsteer3"`` or ``"roles"``;
@@ -125,9 +125,9 @@ class GenRMEnv(JudgedEnv):
         self.max_answer_chars = max_answer_chars
         super().__init__(tasks, judge_timeout_s=judge_timeout_s, **kwargs)
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        task = super().load_task(row)
-        messages = prompt_messages(task)
+    def load_task(self, row: Row) -> Prompt:
+        task = Prompt.of(row)
+        messages = task.messages
         if messages[-1]["role"] != "user":
             params = row.get("responses_create_params")
             field = "responses_create_params.input" if isinstance(params, dict) and "input" in params else "messages"
@@ -137,7 +137,7 @@ class GenRMEnv(JudgedEnv):
 
     # ----- scoring a group ----------------------------------------------------------------------
 
-    async def ascore_group(self, task: Task, answers: list[str], episodes: list[Episode]) -> list[Reward]:
+    async def ascore_group(self, task: Prompt, answers: list[str], episodes: list[Episode[Prompt]]) -> list[Reward]:
         unjudged = {i: reason for i, answer in enumerate(answers) if (reason := self._unjudgeable(answer))}
         candidates = [i for i in range(len(answers)) if i not in unjudged]
         if len(answers) == 1 and candidates:

@@ -29,10 +29,11 @@ checker needs is not installed, a checker raised, or the worker crashed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from cascade_envs.core import Reward, Task, TaskError
-from cascade_envs.data import prompt_messages
+from cascade_envs.core import Reward, Row, TaskError
+from cascade_envs.data import Prompt
 from cascade_envs.env import Env
 from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
 from cascade_envs.workers import CallFailed, WorkerDied
@@ -59,7 +60,16 @@ def _row_fields(row: dict[str, Any]) -> dict[str, Any]:
     return {name: meta[name] if name in meta else row.get(name) for name in FIELDS}
 
 
-class InstructionFollowingEnv(Env):
+@dataclass(frozen=True)
+class InstructionTask:
+    """A row, checked: its instructions as ``{"id", "kwargs"}`` checks (kwargs validated) and its grading mode."""
+
+    prompt: Prompt
+    checks: tuple[dict[str, Any], ...]
+    grading_mode: str = "binary"
+
+
+class InstructionFollowingEnv(Env[InstructionTask]):
     """Rewards a response for following the verifiable instructions in its prompt."""
 
     default_tasks = "bundled:instruction_following/samples.jsonl"
@@ -97,8 +107,8 @@ class InstructionFollowingEnv(Env):
         )
         super().__init__(tasks, **kwargs)
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        prompt_messages(row)
+    def load_task(self, row: Row) -> InstructionTask:
+        prompt = Prompt.of(row)
         fields = _row_fields(row)
         ids, kwargs_list = fields["instruction_id_list"], fields["kwargs"]
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
@@ -107,23 +117,21 @@ class InstructionFollowingEnv(Env):
             kwargs_list = [None] * len(ids)
         if not isinstance(kwargs_list, list) or len(kwargs_list) != len(ids):
             raise TaskError(f"expected a list of {len(ids)} kwargs objects, one per instruction", "kwargs")
-        checks = [{"id": i, "kwargs": validate_kwargs(i, k)} for i, k in zip(ids, kwargs_list, strict=True)]
+        checks = tuple({"id": i, "kwargs": validate_kwargs(i, k)} for i, k in zip(ids, kwargs_list, strict=True))
         mode = fields["grading_mode"] or "binary"
         if mode not in REWARD_MODES:
             raise TaskError(f"must be one of {REWARD_MODES}, got {mode!r}", "grading_mode")
-        return {**row, "checks": checks, "grading_mode": mode}
+        return InstructionTask(prompt, checks, mode)
 
-    def follow_list(self, task: Task, answer: str) -> list[bool]:
+    def follow_list(self, task: InstructionTask, answer: str) -> list[bool]:
         """Whether ``answer`` follows each instruction of ``task`` (in-process, no limits)."""
-        return follow_checks(task["checks"], answer, self.strict)
+        return follow_checks(task.checks, answer, self.strict)
 
-    async def ascore(self, task: Task, answer: str) -> Reward:
-        if "checks" not in task:
-            task = self.load_task(task)
+    async def ascore(self, task: InstructionTask, answer: str) -> Reward:
         try:
             self.verifier.check_size(answer)
             inline = len(answer) <= self.inline_chars
-            followed = await self.verifier.run(follow_checks, task["checks"], answer, self.strict, inline=inline)
+            followed = await self.verifier.run(follow_checks, task.checks, answer, self.strict, inline=inline)
         except VerifierLimit as exc:
             return Reward.zero(str(exc))
         except ResourceUnavailable as exc:
@@ -134,9 +142,9 @@ class InstructionFollowingEnv(Env):
             return Reward.failed(f"checker raised {exc}")
         except WorkerDied as exc:
             return Reward.failed(f"verifier failed: {exc}")
-        ids = [check["id"] for check in task["checks"]]
+        ids = [check["id"] for check in task.checks]
         fraction = sum(followed) / len(followed)
-        mode = self.reward_mode or task["grading_mode"]
+        mode = self.reward_mode or task.grading_mode
         value = fraction if mode == "fraction" else float(all(followed))
         failed = [i for i, ok in zip(ids, followed, strict=True) if not ok]
         components = {

@@ -6,6 +6,7 @@ Importing this module registers every checker family, so a worker that preloads 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from cascade_envs.reasoning import has_visible_text
@@ -29,7 +30,7 @@ def response_variants(response: str, strict: bool) -> list[str]:
     return trimmed + [text.replace("*", "") for text in trimmed]
 
 
-def follow_checks(checks: list[dict[str, Any]], answer: str, strict: bool) -> list[bool]:
+def follow_checks(checks: Sequence[dict[str, Any]], answer: str, strict: bool) -> list[bool]:
     """Whether ``answer`` follows each ``{"id", "kwargs"}`` check (any variant passing, when loose).
 
     A loose variant with no visible character (``has_visible_text``; the answer itself never lacks

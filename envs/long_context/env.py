@@ -28,8 +28,8 @@ upstream ``check_twice_swap``; off by default there too).
 Input limit: ``max_input_tokens`` (default 32,768; ``None``: no limit) is checked when a row
 loads: an over-long row raises ``TaskError`` naming the count, how it was counted and the limit
 (``on_bad_rows="skip"`` drops it with a warning instead). Counting: ``tokens.py`` (the row's
-``input_tokens``, else ``tokenizer=``, else a conservative estimate from characters); a count made
-here is kept in the loaded task's ``input_tokens``, so starting an episode does not count again.
+``input_tokens``, else ``tokenizer=``, else a conservative estimate from characters); the count is
+kept in the task's ``input_tokens``.
 
 Rewards: 1 when the judge's verdict is positive (both verdicts with ``swap_check``), else 0 with
 the verdict as the reason. 0 without calling the judge: no final answer (nothing visible after
@@ -43,10 +43,11 @@ never decides a reward.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from cascade_envs.core import Reward, Task, TaskError
-from cascade_envs.data import prompt_messages
+from cascade_envs.core import Message, Reward, Row, TaskError
+from cascade_envs.data import Prompt
 from cascade_envs.judges import JudgedEnv, JudgeError
 
 from .prompt import JUDGE_TEMPLATES
@@ -61,7 +62,18 @@ REFERENCE_FIELDS = ("expected_answer", "answer")
 PROMPT_FIELDS = ("responses_create_params", "messages", "prompt")
 
 
-def reference_answer(row: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class LongContextTask:
+    """A row, checked: its prompt, what the judge is shown (question, reference) and its input's token count."""
+
+    prompt: Prompt
+    question: str
+    reference: str
+    input_tokens: int | None = None
+    """The row's own count, else the one made at load (``None``: no limit, so none was made)."""
+
+
+def reference_answer(row: Row) -> str:
     """The row's reference answer (``expected_answer``, else ``answer``) as text; ``TaskError`` if none."""
     for name in REFERENCE_FIELDS:
         value = row.get(name)
@@ -76,21 +88,22 @@ def reference_answer(row: dict[str, Any]) -> str:
     raise TaskError("no reference answer: expected 'answer' (AA-LCR rows) or 'expected_answer'", "expected_answer")
 
 
-def judge_question(row: dict[str, Any]) -> str:
-    """The question shown to the judge: ``question``, else the tail of the last user message."""
+def judge_question(row: Row, messages: tuple[Message, ...]) -> str:
+    """The question shown to the judge: ``question``, else the tail of the last user message of ``messages``
+    (the row's prompt)."""
     value = row.get("question")
     if value is not None:
         if not isinstance(value, str) or not value.strip():
             raise TaskError("must be non-empty text", "question")
         return value.strip()
-    users = [m["content"] for m in prompt_messages(row) if m["role"] == "user" and m["content"].strip()]
+    users = [m["content"] for m in messages if m["role"] == "user" and m["content"].strip()]
     if not users:
         raise TaskError("no question: the row has no 'question' and its prompt no user message", "question")
     text = users[-1].strip()
     return text if len(text) <= MAX_QUESTION_CHARS else "[...] " + text[-MAX_QUESTION_CHARS:].lstrip()
 
 
-class LongContextQAEnv(JudgedEnv):
+class LongContextQAEnv(JudgedEnv[LongContextTask]):
     """Long-document QA scored by an LLM judge; see the module doc for rows, limits and rewards.
 
     ``max_input_tokens``: the longest prompt a row may have (``None``: no limit); ``tokenizer``: a
@@ -132,36 +145,30 @@ class LongContextQAEnv(JudgedEnv):
         self.system_prompt = kwargs.get("system_prompt")  # counted with the prompt, before Env sets it
         super().__init__(tasks, **kwargs)
 
-    def task_cache_key(self) -> tuple[Any, ...]:
-        """Rows kept depend on the input limit and on how tokens are counted, not only on the row."""
-        return (type(self), self.max_input_tokens, self.counter.how)
-
-    def load_task(self, row: dict[str, Any]) -> Task:
-        """Validate a row; a count made here is kept in the task's ``input_tokens`` (episodes reuse it)."""
-        task = super().load_task(row)
-        reference_answer(row)
-        judge_question(row)
-        recorded = recorded_tokens(row)
+    def load_task(self, row: Row) -> LongContextTask:
+        """Check a row and, with a limit, that its input fits (counted here when the row has no count)."""
+        prompt, reference = Prompt.of(row), reference_answer(row)
+        task = LongContextTask(prompt, judge_question(row, prompt.messages), reference, recorded_tokens(row))
         if self.max_input_tokens is None:
             return task
         field: str | None
-        if recorded is not None:
-            count, how, field = recorded, RECORDED, "input_tokens"
+        if task.input_tokens is not None:
+            count, how, field = task.input_tokens, RECORDED, "input_tokens"
         else:
             count, how = self.counter.count(self.prompt(task)), self.counter.how
             field = next((f for f in PROMPT_FIELDS if f in row), None)
         if count > self.max_input_tokens:
             raise TaskError(f"the input has {count:,} tokens ({how}), over the limit of "
                             f"{self.max_input_tokens:,} (max_input_tokens)", field)
-        return task if recorded is not None else {**task, "input_tokens": count}
+        return replace(task, input_tokens=count)
 
-    async def ascore(self, task: Task, answer: str) -> Reward:
+    async def ascore(self, task: LongContextTask, answer: str) -> Reward:
         answer = answer.strip()
         info: dict[str, Any] = {"judge_template": self.template.name, "verdicts": []}
         if len(answer) > self.max_answer_chars:
             return Reward.zero(f"verifier limit: the answer has {len(answer):,} characters, over "
                                f"max_answer_chars={self.max_answer_chars:,}", **info)
-        question, reference = judge_question(task), reference_answer(task)
+        question, reference = task.question, task.reference
         passes = [(reference, answer), (answer, reference)] if self.swap_check else [(reference, answer)]
         right_word, wrong_word = self.template.verdicts
         for number, (key, candidate) in enumerate(passes):

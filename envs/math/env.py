@@ -14,9 +14,10 @@ check alone (a judge-backed variant can wrap it), so answers that only a judge a
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs import Env, Prompt, Reward, Row, TaskError
 from cascade_envs.workers import CallFailed, CallTimeout, WorkerDied, WorkerPool
 
 from .verify import check
@@ -25,7 +26,16 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MB = 4096
 
 
-class MathEnv(Env):
+@dataclass(frozen=True)
+class MathTask:
+    """A math row: its prompt and the gold answer (a number is read as its text)."""
+
+    prompt: Prompt
+    expected_answer: str
+    question: str | None = None
+
+
+class MathEnv(Env[MathTask]):
     """Math answers verified with math-verify (gold first), reward 1/0.
 
     ``timeout_s`` bounds each check; ``workers`` is the size of the env's verifier pool (default:
@@ -51,16 +61,17 @@ class MathEnv(Env):
         self._pool: WorkerPool | None = None
         super().__init__(tasks, **kwargs)
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        task = super().load_task(row)
+    def load_task(self, row: Row) -> MathTask:
+        prompt = Prompt.of(row)
         gold = row.get("expected_answer")
         if isinstance(gold, (int, float)) and not isinstance(gold, bool):
-            task = {**task, "expected_answer": str(gold)}
+            gold = str(gold)
         elif not isinstance(gold, str) or not gold.strip():
             raise TaskError(f"expected a non-empty answer string, got {gold!r:.40}", "expected_answer")
-        if row.get("question") is not None and not isinstance(row["question"], str):
+        question = row.get("question")
+        if question is not None and not isinstance(question, str):
             raise TaskError("must be a string", "question")
-        return task
+        return MathTask(prompt, gold, question)
 
     @property
     def pool(self) -> WorkerPool:
@@ -75,8 +86,8 @@ class MathEnv(Env):
             await self._pool.aclose()
         await super().aclose()
 
-    async def ascore(self, task: Task, answer: str) -> Reward:
-        gold = task["expected_answer"]
+    async def ascore(self, task: MathTask, answer: str) -> Reward:
+        gold = task.expected_answer
         try:
             result = await self.pool.call(gold, answer)
         except CallTimeout:

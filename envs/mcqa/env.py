@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs import Env, Prompt, Reward, Row, TaskError
 from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
 from cascade_envs.workers import WorkerError
 
@@ -84,7 +85,20 @@ def _pairs(options: list[dict[str, str | None]]) -> Options:
     return [(letter.upper(), text) for entry in options for letter, text in entry.items() if text is not None]
 
 
-class MCQAEnv(Env):
+@dataclass(frozen=True)
+class MCQATask:
+    """An MCQA row, checked: its options, the gold letter, its grading mode and its usable ``output_regex``."""
+
+    prompt: Prompt
+    options: Options
+    expected_answer: str
+    """The gold letter, upper-case."""
+    grading_mode: str = DEFAULT_MODE
+    output_regex: list[str] | str | None = None
+    """The row's patterns that compile (``None``: no usable regex)."""
+
+
+class MCQAEnv(Env[MCQATask]):
     """Multiple-choice QA: the extracted answer letter must equal ``expected_answer``.
 
     ``grading_mode`` overrides every row's own mode when given (like the upstream server setting).
@@ -116,19 +130,14 @@ class MCQAEnv(Env):
         self._slow_regexes: dict[str, bool] = {}  # output_regex -> times out on the canonical probes
         super().__init__(tasks, **kwargs)
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        task = super().load_task(row)
+    def load_task(self, row: Row) -> MCQATask:
+        prompt = Prompt.of(row)
         meta = row.get("template_metadata")
         if meta is not None and not isinstance(meta, dict):
             raise TaskError("must be an object", "template_metadata")
         usable = self._usable_regexes(meta)
-        if meta and "output_regex" in meta and usable != meta["output_regex"]:
-            kept = {k: v for k, v in meta.items() if k != "output_regex"}
-            task = {**task, "template_metadata": {**kept, "output_regex": usable} if usable else kept}
-        options = _check_options(row.get("options"), required=not usable)
-        if options is not row.get("options"):
-            task = {**task, "options": options}
-        letters = {letter for letter, _ in _pairs(options)}
+        options = _pairs(_check_options(row.get("options"), required=not usable))
+        letters = {letter for letter, _ in options}
         gold = row.get("expected_answer")
         if not letters:
             _warn_once("no_options", "", "MCQA rows without options are graded by their output_regex alone "
@@ -140,7 +149,7 @@ class MCQAEnv(Env):
         mode = row.get("grading_mode") or DEFAULT_MODE
         if mode not in GRADING_MODES:
             raise TaskError(f"unknown mode {mode!r:.40}; choose from {sorted(GRADING_MODES)}", "grading_mode")
-        return task
+        return MCQATask(prompt, options, gold.strip().upper(), mode, usable)
 
     @staticmethod
     def _usable_regexes(meta: dict[str, Any] | None) -> list[str] | str | None:
@@ -164,14 +173,14 @@ class MCQAEnv(Env):
             return None
         return value if not invalid else usable
 
-    async def ascore(self, task: Task, answer: str) -> Reward:
-        options = _pairs(task["options"])
+    async def ascore(self, task: MCQATask, answer: str) -> Reward:
+        options = task.options
         allowed = {letter for letter, _ in options}
-        gold = task["expected_answer"].strip().upper()
-        mode = self.grading_mode or task.get("grading_mode") or DEFAULT_MODE
+        gold = task.expected_answer
+        mode = self.grading_mode or task.grading_mode
         info = {"expected_answer": gold, "grading_mode": mode, "extracted_answer": None}
         predicted = None
-        regex = (task.get("template_metadata") or {}).get("output_regex")
+        regex = task.output_regex
         try:
             self.verifier.check_size(answer)
             if regex:

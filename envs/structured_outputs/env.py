@@ -45,9 +45,10 @@ parallel on as many cores as there are workers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs import Env, Prompt, Reward, Row, TaskError
 from cascade_envs.verifier_pool import VerifierLimit, VerifierPool
 from cascade_envs.workers import WorkerError
 
@@ -66,7 +67,20 @@ def _fail(error_type: str, errors: list[str], **info: Any) -> Reward:
     return Reward.zero(f"{error_type}: {errors[0]}", error_type=error_type, errors=errors, **info)
 
 
-class StructuredOutputEnv(Env):
+@dataclass(frozen=True)
+class StructuredOutputTask:
+    """A row, checked: its schema (canonical text, compiled and checked at load), format and response mode."""
+
+    prompt: Prompt
+    schema: str
+    schema_type: str = "json"
+    """Lower-case: json, yaml, toml, csv or xml."""
+    response_mode: str = "text"
+    tool_name: str | None = None
+    tool_payload_key: str | None = None
+
+
+class StructuredOutputEnv(Env[StructuredOutputTask]):
     """Structured output checked against a strict JSON schema.
 
     ``allow_code_fence=True`` also accepts a reply wrapped in one markdown code fence (upstream
@@ -95,10 +109,11 @@ class StructuredOutputEnv(Env):
         )
         super().__init__(tasks, **kwargs)
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        task = super().load_task(row)
+    def load_task(self, row: Row) -> StructuredOutputTask:
+        prompt = Prompt.of(row)
         try:
-            validator = strict_validator(schema_text(row.get("schema_str")))
+            schema = schema_text(row.get("schema_str"))
+            validator = strict_validator(schema)
         except SchemaProblem as exc:
             raise TaskError(str(exc), "schema_str") from exc
         if admits_only_empty(validator.schema):
@@ -115,12 +130,11 @@ class StructuredOutputEnv(Env):
         for key in ("tool_name", "tool_payload_key"):
             if row.get(key) is not None and not isinstance(row[key], str):
                 raise TaskError("must be a string", key)
-        return task
+        return StructuredOutputTask(prompt, schema, schema_type.lower(), mode, row.get("tool_name"),
+                                    row.get("tool_payload_key"))
 
-    async def ascore(self, task: Task, answer: str) -> Reward:
-        schema = schema_text(task["schema_str"])
-        schema_type = task.get("schema_type", "json").lower()
-        mode = task.get("response_mode") or "text"
+    async def ascore(self, task: StructuredOutputTask, answer: str) -> Reward:
+        schema, schema_type, mode = task.schema, task.schema_type, task.response_mode
         info: dict[str, Any] = {"schema_type": schema_type, "response_mode": mode}
         try:
             self.verifier.check_size(answer)
@@ -135,8 +149,6 @@ class StructuredOutputEnv(Env):
                 )
         except VerifierLimit as exc:
             return Reward.zero(str(exc), error_type="verifier_limit", **info)
-        except SchemaProblem as exc:  # a row that skipped load_task
-            return Reward.failed(f"schema_str: {exc}", **info)
         except WorkerError as exc:
             return Reward.failed(f"structured-output verifier failed: {exc}", **info)
         if problem:
@@ -154,7 +166,7 @@ class StructuredOutputEnv(Env):
         await self.verifier.aclose()
         await super().aclose()
 
-    def _tool_payload(self, task: Task, answer: str) -> tuple[Any, tuple[str, list[str]] | None]:
+    def _tool_payload(self, task: StructuredOutputTask, answer: str) -> tuple[Any, tuple[str, list[str]] | None]:
         """The document carried by the single tool call in ``answer``, or the problem with it."""
         parsed = self.parse_tool_calls(answer)
         attempts = len(parsed.calls) + len(parsed.errors)
@@ -166,10 +178,10 @@ class StructuredOutputEnv(Env):
         if parsed.errors:
             return None, ("tool_arguments_parse_error", parsed.errors)
         call = parsed.calls[0]
-        expected = task.get("tool_name")
+        expected = task.tool_name
         if expected and call.name != expected:
             return None, ("wrong_tool_name", [f"expected tool {expected!r}, got {call.name!r}"])
-        key = task.get("tool_payload_key")
+        key = task.tool_payload_key
         if key:
             if key not in call.arguments:
                 return None, ("missing_tool_payload_key", [f"the call's arguments lack {key!r}"])

@@ -46,11 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs import Env, Reward, Row, TaskError
 from cascade_envs.core import Completion, Message
 from cascade_envs.data import BUNDLED, resolve_path
 from cascade_envs.episode import Episode, Turn
-from cascade_envs.reasoning import split_reasoning
 from cascade_envs.sandbox import Sandbox, SandboxError, Session, get_sandbox
 from cascade_envs.tools import with_tools
 
@@ -91,8 +90,14 @@ class SweEpisode:
     def session(self) -> Session:
         return self.tools.session
 
+    def stop_reason(self) -> str | None:
+        """Why the calls left in a reply must not run: the episode finished, or its workspace is gone."""
+        if self.tools.finished is not None:
+            return "the episode finished"
+        return "the workspace was lost" if self.session.lost else None
 
-class SweEnv(Env):
+
+class SweEnv(Env[SweTask]):
     """Repository repair through OpenHands' tools in a sandbox workspace, rewarded by the repository's tests.
 
     ``sandbox``: a backend name or instance (default ``bwrap``). ``command_timeout_s``: a terminal
@@ -142,7 +147,6 @@ class SweEnv(Env):
         self.max_calls_per_turn = int(max_calls_per_turn)
         self.max_result_chars = int(max_result_chars)
         self._toolboxes: dict[str, Any] = {}
-        self._rows: dict[int, tuple[dict[str, Any], SweTask]] = {}
         super().__init__(tasks, **kwargs)
         self.hidden = self._hidden()
 
@@ -156,21 +160,10 @@ class SweEnv(Env):
 
     # ----- rows ---------------------------------------------------------------------------------
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        self._read(row)
-        return row
-
-    def _read(self, row: dict[str, Any]) -> SweTask:
-        """The row, read once (rows are never changed in place); ``TaskError`` when it is bad."""
-        cached = self._rows.get(id(row))
-        if cached is not None and cached[0] is row:
-            return cached[1]
+    def load_task(self, row: Row) -> SweTask:
         task = read_task(row)
         if task.files is None and task.source is None and self.sandbox.name != "docker":
             raise TaskError(f"the repository is only in the image {task.image!r}: use sandbox='docker'", "repo_snapshot")
-        if len(self._rows) > 4096:
-            self._rows.clear()
-        self._rows[id(row)] = (row, task)
         return task
 
     def toolbox(self, workdir: str) -> Any:
@@ -179,18 +172,17 @@ class SweEnv(Env):
                                                         timeout_s=self.max_command_timeout_s + 60)
         return self._toolboxes[workdir]
 
-    def prompt(self, task: Task) -> list[Message]:
-        read = self._read(task)
+    def prompt(self, task: SweTask) -> list[Message]:
         messages: list[Message] = [
             {"role": "system", "content": self.system_prompt or SYSTEM_PROMPT},
-            {"role": "user", "content": USER_PROMPT.format(workdir=read.workdir, issue=read.problem_statement.strip())},
+            {"role": "user", "content": USER_PROMPT.format(workdir=task.workdir, issue=task.problem_statement.strip())},
         ]
-        return with_tools(messages, self.toolbox(read.workdir).specs())
+        return with_tools(messages, self.toolbox(task.workdir).specs())
 
     # ----- episodes -----------------------------------------------------------------------------
 
-    async def on_reset(self, episode: Episode) -> None:
-        task = self._read(episode.task)
+    async def on_reset(self, episode: Episode[SweTask]) -> None:
+        task = episode.task
         session = await open_workspace(self.sandbox, task, hidden=self.hidden, setup_timeout_s=self.setup_timeout_s)
         try:
             base = await manifest(session, task)
@@ -214,33 +206,17 @@ class SweEnv(Env):
         if state is not None:
             await state.session.aclose()
 
-    async def aturn(self, episode: Episode, completion: Completion) -> Turn:
-        if completion.truncated:  # cut mid-reply: run nothing; the base class ends the episode
-            return Turn()
+    async def aturn(self, episode: Episode[SweTask], completion: Completion) -> Turn:
         state: SweEpisode = episode.state
-        split = split_reasoning(completion)
-        parsed = self.parse_tool_calls(split.answer)
-        if split.unterminated or not (parsed.calls or parsed.errors):
-            return Turn(done=True)
-        observation: list[Message] = [{"role": "tool", "content": f"Error: {error}"} for error in parsed.errors]
-        toolbox = self.toolbox(state.task.workdir)
-        ran = 0
-        for index, call in enumerate(parsed.calls):
-            if index >= self.max_calls_per_turn or state.tools.finished is not None:
-                skipped = len(parsed.calls) - index
-                why = "the episode finished" if state.tools.finished is not None else \
-                    f"only the first {self.max_calls_per_turn} tool calls of a reply run"
-                observation.append({"role": "tool", "content": f"Error: {why}; {skipped} more call(s) were not run"})
-                break
-            result = await toolbox.acall(call, {"ws": state.tools})
-            ran += 1
-            state.tools.errors += not result.ok
-            observation.append(result.message())
-            if state.session.lost:
-                return Turn(observation, reward=Reward.failed(f"the workspace was lost: {state.session.lost}"), done=True)
-        state.calls += ran
-        info = {"tool_calls": ran, "tool_errors": state.tools.errors}
-        return Turn(observation, done=state.tools.finished is not None, info=info)
+        tools = await self.toolbox(episode.task.workdir).aturn(
+            completion, {"ws": state.tools}, max_calls=self.max_calls_per_turn, parser=self.tool_parser,
+            stop=state.stop_reason)
+        state.calls += tools.calls
+        state.tools.errors += tools.errors
+        if state.session.lost:
+            return Turn(tools.messages, reward=Reward.failed(f"the workspace was lost: {state.session.lost}"), done=True)
+        info = {"tool_calls": tools.calls, "tool_errors": state.tools.errors}
+        return Turn(tools.messages, done=tools.ended or state.tools.finished is not None, info=info)
 
     # ----- rewards ------------------------------------------------------------------------------
 

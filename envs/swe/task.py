@@ -23,7 +23,7 @@ Beyond SWE-bench, for repositories that travel with the row instead of in an ima
   masks the episode).
 
 ``test_cmd`` (SWE-bench's per-repository command) is not used: the runner runs the test ids itself.
-A row needs a ``repo_snapshot`` or an ``image``.
+A row needs a ``repo_snapshot`` or an ``image``; it is read once, when its env loads it.
 """
 
 from __future__ import annotations

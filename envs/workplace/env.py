@@ -5,12 +5,12 @@ episode. Each model turn's ``<tool_call>`` blocks run against it through the 27 
 back as tool messages; the episode ends when the model replies without a tool call, or is cut at
 ``max_turns`` (default 6: NeMo Gym's ``max_steps`` for workplace_assistant). Rows: ``task.py``.
 
-Turns: calls inside the ``<think>`` part are not run; a reply cut at the length limit runs none. At
-most ``max_calls_per_turn`` calls of one reply run, in order; the rest are not run and one error
-message says so (with their names, bounded), so a reply with 500 calls costs a bounded turn. A
-malformed ``<tool_call>`` block, an unknown tool or bad arguments get an ``Error: ...`` tool
-message, as a real tool would answer, and the episode goes on; an argument given as ``null`` is
-one not given (NeMo Gym's server drops them).
+Turns (the kernel's ``Toolbox.aturn``): calls inside the ``<think>`` part are not run; a reply cut
+at the length limit runs none. At most ``max_calls_per_turn`` calls of one reply run, in order; the
+rest are not run and one error message says so (with their names, bounded), so a reply with 500
+calls costs a bounded turn. A malformed ``<tool_call>`` block, an unknown tool or bad arguments
+get an ``Error: ...`` tool message, as a real tool would answer, and the episode goes on; an
+argument given as ``null`` is one not given (NeMo Gym's server drops them).
 
 Reward (NeMo Gym's outcome rule): the ground-truth calls run on a fresh copy of the tables and
 the final states are compared under ``compare.py``'s normalisation; 1 when equal, else 0 with the
@@ -43,21 +43,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs import Env, Reward, Row, TaskError
 from cascade_envs.core import Completion, Message
-from cascade_envs.data import prompt_messages
 from cascade_envs.episode import Episode, Turn
-from cascade_envs.reasoning import split_reasoning
 
 from .compare import compare
 from .tables import Workplace
-from .task import AnnouncedTools, RowCache, WorkplaceTask, read_task
-from .toolset import make_toolbox, replay, without_nulls
+from .task import AnnouncedTools, WorkplaceTask, read_task
+from .toolset import make_toolbox, replay
 
 MAX_TURNS = 6
 """NeMo Gym's ``max_steps`` for workplace_assistant (configs/workplace_assistant.yaml)."""
 MAX_CALLS_PER_TURN = 32
-MAX_LISTED_NAMES = 10
 
 
 @dataclass
@@ -70,7 +67,7 @@ class WorkplaceEpisode:
     errors: int = 0
 
 
-class WorkplaceEnv(Env):
+class WorkplaceEnv(Env[WorkplaceTask]):
     """Tool use over a simulated workplace, rewarded when the final state is the expected one.
 
     ``tables``: a tables folder (default: the bundled one, ``data/tables``) or a loaded
@@ -96,36 +93,19 @@ class WorkplaceEnv(Env):
         self.workplace = tables if isinstance(tables, Workplace) else Workplace.load(tables or bundled_tables())
         self.toolbox = make_toolbox(max_result_chars=max_result_chars)
         self.tools = AnnouncedTools(self.toolbox)
-        self.rows = RowCache()
         super().__init__(tasks, **kwargs)
-
-    def task_cache_key(self) -> tuple[Any, ...]:
-        """Whether a row loads depends on the tables too (its ground truth must run on them)."""
-        return (type(self), str(self.workplace.folder.resolve()))
 
     # ----- rows ---------------------------------------------------------------------------------
 
-    def load_task(self, row: dict[str, Any]) -> Task:
+    def load_task(self, row: Row) -> WorkplaceTask:
         """Check the row (``task.py``) and that its ground truth runs on this env's tables."""
-        self._read(row)
-        return row
-
-    def _read(self, row: dict[str, Any]) -> WorkplaceTask:
-        """The row, read and checked once (``RowCache``); ``TaskError`` when it is bad."""
-        task = self.rows.get(row)
-        if task is None:
-            task = read_task(row, self.tools)
-            self._expected(task)
-            self.rows.put(row, task)
+        task = read_task(row, self.tools)
+        self._expected(task)
         return task
 
-    def prompt(self, task: Task) -> list[Message]:
-        """The row's messages (after ``system_prompt``, as ``Env.prompt``), with its own tool specs or ours."""
-        messages = prompt_messages(task)
-        if self.system_prompt and not (messages and messages[0]["role"] == "system"):
-            messages = [{"role": "system", "content": self.system_prompt}, *messages]
-        read = self._read(task)
-        return self.tools.announce(messages, read.toolbox, read.specs)
+    def prompt(self, task: WorkplaceTask) -> list[Message]:
+        """``Env.prompt`` of the row's messages, with the tools the task announces (its own specs or ours)."""
+        return self.tools.announce(super().prompt(task), task.toolbox, task.specs)
 
     def _expected(self, task: WorkplaceTask) -> Workplace:
         """A fresh workplace after the ground truth; ``TaskError`` if a call of it fails."""
@@ -138,41 +118,20 @@ class WorkplaceEnv(Env):
 
     # ----- episodes -----------------------------------------------------------------------------
 
-    async def on_reset(self, episode: Episode) -> None:
-        task = self._read(episode.task)
+    async def on_reset(self, episode: Episode[WorkplaceTask]) -> None:
+        task = episode.task
         episode.state = WorkplaceEpisode(task, self.workplace.fresh(task.now))
 
     async def on_end(self, episode: Episode) -> None:
         episode.state = None
 
-    async def aturn(self, episode: Episode, completion: Completion) -> Turn:
-        if completion.truncated:  # cut mid-reply: run nothing; the base class ends the episode
-            return Turn()
-        split = split_reasoning(completion)
-        parsed = self.parse_tool_calls(split.answer)
-        if split.unterminated or not (parsed.calls or parsed.errors):
-            return Turn(done=True)
+    async def aturn(self, episode: Episode[WorkplaceTask], completion: Completion) -> Turn:
         state: WorkplaceEpisode = episode.state
-        run, skipped = parsed.calls[: self.max_calls_per_turn], parsed.calls[self.max_calls_per_turn :]
-        observation: list[Message] = []
-        errors = len(parsed.errors)
-        for call in run:
-            result = await state.task.toolbox.acall(without_nulls(call), {"db": state.workplace})
-            errors += not result.ok
-            observation.append(result.message())
-        room = self.max_calls_per_turn - len(run)
-        observation += [_error_message(error) for error in parsed.errors[:room]]
-        ignored = len(skipped) + max(0, len(parsed.errors) - room)
-        if ignored:
-            observation.append(_error_message(self._over_limit(ignored, [c.name for c in skipped])))
-        state.calls += len(run)
-        state.errors += errors
-        return Turn(observation, info={"tool_calls": len(run), "tool_errors": errors})
-
-    def _over_limit(self, ignored: int, names: list[str]) -> str:
-        shown = ", ".join(names[:MAX_LISTED_NAMES]) + (", ..." if len(names) > MAX_LISTED_NAMES else "")
-        return (f"only the first {self.max_calls_per_turn} tool calls of a reply run; {ignored} more were not run"
-                + (f" ({shown})" if shown else ""))
+        tools = await episode.task.toolbox.aturn(completion, {"db": state.workplace},
+                                                 max_calls=self.max_calls_per_turn, parser=self.tool_parser)
+        state.calls += tools.calls
+        state.errors += tools.errors
+        return Turn(tools.messages, done=tools.ended, info=tools.info)
 
     # ----- rewards ------------------------------------------------------------------------------
 
@@ -216,10 +175,6 @@ class WorkplaceEnv(Env):
 def bundled_tables() -> Path:
     """The tables folder shipped with the package (``envs/workplace/data/tables``)."""
     return Path(str(resources.files("cascade_envs.envs.workplace").joinpath("data", "tables")))
-
-
-def _error_message(error: str) -> Message:
-    return {"role": "tool", "content": f"Error: {error}"}
 
 
 def _counts(state: WorkplaceEpisode) -> dict[str, int]:

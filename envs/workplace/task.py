@@ -17,9 +17,8 @@ Rows use NeMo Gym's ``workplace_assistant`` layout, read unchanged:
   must state and must not (``answer.py``). NeMo Gym's rows have neither and are scored on the
   state alone, as NeMo Gym scores them.
 
-Rows are read once each (``RowCache``): an episode needs its row at the start, in its prompt and
-when its workplace is made, and the tools section of a prompt is rendered once per tool list and
-system prompt (``AnnouncedTools.announce``).
+A row is read once, when its env loads it (``read_task``); the tools section of a prompt is
+rendered once per tool list and system prompt (``AnnouncedTools.announce``).
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any
 
-from cascade_envs.core import Message, TaskError
-from cascade_envs.data import decode_json_field, prompt_messages
+from cascade_envs.core import Message, Row, TaskError
+from cascade_envs.data import Prompt, decode_json_field, prompt_messages
 from cascade_envs.tools import Toolbox, ToolCall, with_tools
 
 from .answer import ExpectedAnswer
@@ -40,15 +39,16 @@ from .toolset import WRITE_TOOLS
 MAX_GROUND_TRUTH_CALLS = 100
 CLOCK_WINDOW = 80
 """How far after the date the prompt's time of day may come (characters)."""
-_ABSENT = object()
 _DATE = re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})(?!\d)")
 _TIME = re.compile(r"(?<!\d)(\d{2}:\d{2}(?::\d{2})?)(?!\d)")
 
 
 @dataclass(frozen=True)
 class WorkplaceTask:
-    """What the env needs of a row beyond its prompt."""
+    """The env's task: the row's messages (its tools are announced apart, ``AnnouncedTools``) and what
+    scoring needs."""
 
+    prompt: Prompt
     calls: tuple[ToolCall, ...]
     """The ground truth."""
     now: datetime
@@ -107,34 +107,7 @@ class AnnouncedTools:
         return [dict(seen[1]), *messages[system:]]
 
 
-class RowCache:
-    """Rows read once: the ``WorkplaceTask`` of each row object, a bounded number (the oldest go first).
-
-    A row is known by identity, and by the identity of its top-level values: a row given a new
-    field value (``row["ground_truth"] = ...``) is read again; one changed deeper, in place, is not
-    (rows are never changed in place). Entries hold their rows, so no id is reused while cached.
-    """
-
-    def __init__(self, limit: int = 4096):
-        self.limit = limit
-        self._entries: dict[int, tuple[dict[str, Any], tuple[tuple[str, Any], ...], WorkplaceTask]] = {}
-
-    def get(self, row: dict[str, Any]) -> WorkplaceTask | None:
-        entry = self._entries.get(id(row))
-        if entry is None or entry[0] is not row or len(entry[1]) != len(row):
-            return None
-        return entry[2] if all(row.get(key, _ABSENT) is value for key, value in entry[1]) else None
-
-    def put(self, row: dict[str, Any], task: WorkplaceTask) -> None:
-        if len(self._entries) >= self.limit:
-            self._entries.pop(next(iter(self._entries)), None)
-        self._entries[id(row)] = (row, tuple(row.items()), task)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-def read_task(row: dict[str, Any], tools: AnnouncedTools) -> WorkplaceTask:
+def read_task(row: Row, tools: AnnouncedTools) -> WorkplaceTask:
     """Read a row's workplace fields; ``TaskError`` names the field that is wrong."""
     messages = prompt_messages(row)
     category = row.get("category")
@@ -151,7 +124,8 @@ def read_task(row: dict[str, Any], tools: AnnouncedTools) -> WorkplaceTask:
     unknown = sorted({call.name for call in calls if call.name not in toolbox})
     if unknown:
         raise TaskError(f"calls tool(s) {unknown} that the task does not announce", "ground_truth")
-    return WorkplaceTask(calls, task_clock(messages), toolbox, specs, ExpectedAnswer.from_row(row))
+    return WorkplaceTask(Prompt(tuple(messages)), calls, task_clock(messages), toolbox, specs,
+                         ExpectedAnswer.from_row(row))
 
 
 def task_clock(messages: list[Message]) -> datetime:

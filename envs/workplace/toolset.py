@@ -2,8 +2,8 @@
 
 The tools are plain functions (one module per data set) whose first parameter, ``db``, is the
 episode's ``Workplace``: a hidden parameter the env injects, never shown to the policy. An
-argument given as ``null`` counts as not given (``without_nulls``), as NeMo Gym's server drops
-such arguments before calling the tool.
+argument given as ``null`` counts as not given (the toolbox's ``drop_nulls``), as NeMo Gym's
+server drops such arguments before calling the tool.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ HIDDEN = ("db",)
 
 def make_toolbox(*, max_result_chars: int = 20_000) -> Toolbox:
     """A toolbox of every workplace tool, announced with the schemas derived from the functions."""
-    return Toolbox([Tool.from_function(fn, hidden=HIDDEN) for fn in FUNCTIONS], max_result_chars=max_result_chars)
+    return Toolbox([Tool.from_function(fn, hidden=HIDDEN) for fn in FUNCTIONS], max_result_chars=max_result_chars,
+                   drop_nulls=True)
 
 
 def call_now(toolbox: Toolbox, call: ToolCall, db: Workplace) -> ToolResult:
@@ -35,20 +36,13 @@ def call_now(toolbox: Toolbox, call: ToolCall, db: Workplace) -> ToolResult:
     finishes on its first step; the validation, conversions and error messages are those of a
     live call.
     """
-    step = toolbox.acall(without_nulls(call), {"db": db})
+    step = toolbox.acall(call, {"db": db})
     try:
         step.send(None)
     except StopIteration as finished:
         return finished.value
     step.close()
     raise RuntimeError(f"tool {call.name!r} suspended: workplace tools must be synchronous")
-
-
-def without_nulls(call: ToolCall) -> ToolCall:
-    """``call`` without the arguments whose value is ``null``."""
-    if all(value is not None for value in call.arguments.values()):
-        return call
-    return ToolCall(call.name, {k: v for k, v in call.arguments.items() if v is not None}, call.id)
 
 
 def replay(toolbox: Toolbox, db: Workplace, calls: Iterable[ToolCall]) -> list[ToolResult]:

@@ -5,7 +5,9 @@ import pytest
 
 from cascade_envs import DataError, TaskError
 from cascade_envs.data import load_tasks, prompt_messages, read_rows, resolve_path, task_id
-from tests.toy_envs import ExactAnswerEnv
+from cascade_envs.env import run_sync
+from cascade_envs.rollout import RolloutRunner
+from tests.toy_envs import CharTemplatePolicy, ExactAnswerEnv
 
 
 def write_jsonl(path, lines):
@@ -70,7 +72,7 @@ def test_rows_that_break_validation_unexpectedly_are_named_and_skip_means_skip(t
     assert f"{path}:2 (id parts): field 'messages': message 0: every content part's 'text' must be a string" in str(err.value)
     with caplog.at_level(logging.WARNING):
         env = Recursive(tasks=rows, on_bad_rows="skip")
-    assert [t["id"] for t in env.tasks] == ["a", "b"] and env.tasks.skipped == 2
+    assert [t.task_id for t in env.tasks] == ["a", "b"] and env.tasks.skipped == 2
     assert "<rows>:3: the row is nested too deeply to validate" in caplog.text
     assert "skipped 2 malformed row(s), kept 2" in caplog.text
 
@@ -85,13 +87,13 @@ def test_parquet_rows(tmp_path):
     assert len(ExactAnswerEnv(tasks=str(path)).tasks) == 2
 
 
-def test_task_files_are_cached_per_version(tmp_path):
+def test_each_env_instance_loads_its_own_tasks(tmp_path):
     path = write_jsonl(tmp_path / "t.jsonl", [{"prompt": "a", "answer": "1"}])
-    a = load_tasks(str(path), ExactAnswerEnv().load_task, ExactAnswerEnv)
-    b = load_tasks(str(path), ExactAnswerEnv().load_task, ExactAnswerEnv)
-    assert a is b
+    a, b = ExactAnswerEnv(tasks=str(path)), ExactAnswerEnv(tasks=str(path))
+    assert a.tasks is not b.tasks and a.tasks[0].task is not b.tasks[0].task
+    assert a.tasks[0].row == {"prompt": "a", "answer": "1"} and a.tasks[0].task.answer == "1"
     write_jsonl(path, [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}])
-    assert len(load_tasks(str(path), ExactAnswerEnv().load_task, ExactAnswerEnv)) == 2
+    assert len(load_tasks(str(path), ExactAnswerEnv().load)) == 2
 
 
 def test_missing_files():
@@ -127,3 +129,23 @@ def test_decode_json_field_decodes_text_keeps_values_and_names_the_field():
     assert info.value.field == "meta.tests"
     with pytest.raises(TaskError, match="nested too deeply"):
         decode_json_field("[" * 100_000 + "]" * 100_000, "f")
+
+
+def test_a_row_is_loaded_once_never_per_episode():
+    loads: list[str] = []
+
+    class Counting(ExactAnswerEnv):
+        def load_task(self, row):
+            loads.append(row["id"])
+            return super().load_task(row)
+
+    rows = [{"id": str(i), "prompt": "q", "answer": "a"} for i in range(3)]
+    env = Counting(tasks=rows)
+    assert loads == ["0", "1", "2"]
+    runner = RolloutRunner(CharTemplatePolicy(lambda messages: "a"), group_size=4, envs={"count": env})
+    groups = runner.run([("count", loaded) for loaded in env.tasks])
+    assert [g.rewards for g in groups] == [[1.0] * 4] * 3 and loads == ["0", "1", "2"]
+    runner.run([("count", rows[0])])  # a raw row: loaded once for its group of 4
+    run_sync(env.ascore_responses(rows[1], ["a", "b", "c"]))
+    run_sync(env.areset(options={"task": rows[2]}))
+    assert loads[3:] == ["0", "1", "2"]

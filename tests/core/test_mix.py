@@ -26,14 +26,14 @@ def test_sampling_is_seeded_and_follows_the_weights():
     mix = EnvMix({"toy/ExactAnswer-v0": 0.8, "toy/LookupTool-v0": 0.2}, seed=3, env_kwargs=KW)
     items = mix.sample(1000)
     again = EnvMix({"toy/ExactAnswer-v0": 0.8, "toy/LookupTool-v0": 0.2}, seed=3, env_kwargs=KW).sample(1000)
-    assert [(e, t["id"]) for e, t in items] == [(e, t["id"]) for e, t in again]
+    assert [(e, t.task_id) for e, t in items] == [(e, t.task_id) for e, t in again]
     share = Counter(e for e, _ in items)["toy/ExactAnswer-v0"] / 1000
     assert 0.75 < share < 0.85
 
 
 def test_tasks_are_drawn_without_replacement_per_pass():
     mix = EnvMix(["toy/ExactAnswer-v0"], seed=0, env_kwargs=KW)
-    ids = [t["id"] for _, t in mix.sample(10)]
+    ids = [t.task_id for _, t in mix.sample(10)]
     assert sorted(ids) == sorted(t["id"] for t in TASKS)
 
 
@@ -41,10 +41,10 @@ def test_state_dict_resumes_the_same_stream():
     mix = EnvMix(["toy/ExactAnswer-v0", "toy/LookupTool-v0"], seed=1, env_kwargs=KW)
     mix.sample(7)
     state = mix.state_dict()
-    expected = [t["id"] for _, t in mix.sample(5)]
+    expected = [t.task_id for _, t in mix.sample(5)]
     other = EnvMix(["toy/ExactAnswer-v0", "toy/LookupTool-v0"], seed=99, env_kwargs=KW)
     other.load_state_dict(state)
-    assert [t["id"] for _, t in other.sample(5)] == expected
+    assert [t.task_id for _, t in other.sample(5)] == expected
 
 
 def test_env_without_tasks_is_an_error():

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import cascade_envs
-from cascade_envs import Env, Reward
+from cascade_envs import Reward
 from cascade_envs.core import Completion
 from cascade_envs.reasoning import NO_ANSWER
 from cascade_envs.rollout import RolloutRunner
@@ -182,11 +182,11 @@ def test_an_env_may_pay_no_answer_below_zero_but_never_above():
 EVENTS: list[str] = []
 
 
-class Stateful(Env):
+class Stateful(ExactAnswerEnv):
     """Keeps per-episode state in ``episode.state``; scores from it."""
 
     async def on_reset(self, episode):
-        episode.state = {"db": episode.task["answer"]}
+        episode.state = {"db": episode.task.answer}
         EVENTS.append("reset")
 
     async def ascore_episode(self, episode, answer):

@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 
+from cascade_envs.core import Completion
 from cascade_envs.tools import (
     Tool,
     Toolbox,
     ToolCall,
     ToolError,
     ToolResult,
+    ToolTurn,
     parse_xml_json_tool_calls,
     render_tools_prompt,
     tool,
@@ -395,3 +397,61 @@ def test_with_specs_of_the_public_workplace_tools(shared_data: Path):
     assert bad.error.endswith("- missing required argument 'body'") and inbox.sent == []
     with pytest.raises(ValueError, match="lacks"):
         make_toolbox().with_specs(specs)  # the public list has tools these functions do not cover
+
+
+# ----- a whole turn: Toolbox.aturn ------------------------------------------------------------------
+
+def blocks(*calls: tuple[str, dict[str, Any]]) -> str:
+    return "".join(f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>" for n, a in calls)
+
+
+def turn(toolbox: Toolbox, reply: str | Completion, **options: Any) -> ToolTurn:
+    return asyncio.run(toolbox.aturn(reply, {"db": options.pop("db", Inbox())}, **{"max_calls": 4, **options}))
+
+
+def test_a_turn_runs_the_calls_of_the_answer_with_the_hidden_context():
+    inbox = Inbox()
+    reply = "<think>" + blocks(("email_send_email", {"recipient": "x", "subject": "s", "body": "b"})) + "</think>" + \
+        blocks(("email_send_email", {"recipient": "dana@atlas.tech", "subject": "Hi", "body": "Lunch?"}),
+               ("divide", {"a": 1, "b": 0}))
+    done = turn(make_toolbox(), reply, db=inbox)
+    assert [m["content"][:6] for m in done.messages] == ["Email ", "Error:"] and done.messages[0]["name"] == "email_send_email"
+    assert len(inbox.sent) == 1  # the call inside <think> did not run
+    assert (done.calls, done.errors, done.ended, done.info) == (2, 1, False, {"tool_calls": 2, "tool_errors": 1})
+
+
+def test_a_reply_without_calls_ends_and_a_cut_one_runs_nothing():
+    toolbox = make_toolbox()
+    assert turn(toolbox, "The answer is 4.") == ToolTurn(ended=True)
+    assert turn(toolbox, "<think>" + blocks(("divide", {"a": 1, "b": 1}))) == ToolTurn(ended=True)  # never closed
+    assert turn(toolbox, Completion(blocks(("divide", {"a": 1, "b": 1})), finish_reason="length")) == ToolTurn()
+
+
+def test_a_turn_is_bounded_and_broken_blocks_are_errors_within_the_bound():
+    reply = blocks(*[("divide", {"a": 1, "b": 1})] * 3) + "<tool_call>{broken</tool_call>" * 3
+    done = turn(make_toolbox(), reply, max_calls=4)
+    assert done.calls == 3 and done.errors == 3 and len(done.messages) == 5
+    assert "invalid JSON" in done.messages[3]["content"]
+    assert done.messages[4]["content"] == "Error: only the first 4 tool calls of a reply run; 2 more were not run"
+    many = turn(make_toolbox(), blocks(*[("divide", {"a": 1, "b": 1})] * 15), max_calls=2)
+    assert many.messages[-1]["content"].endswith("13 more were not run (" + ", ".join(["divide"] * 10) + ", ...)")
+
+
+def test_a_stop_reason_leaves_the_remaining_calls_unrun():
+    ran: list[int] = []
+
+    @tool
+    def step(n: int) -> int:
+        ran.append(n)
+        return n
+
+    done = turn(Toolbox([step]), blocks(*[("step", {"n": n}) for n in range(4)]),
+                stop=lambda: "the episode finished" if 1 in ran else None)
+    assert ran == [0, 1] and done.messages[-1]["content"] == "Error: the episode finished; 2 more were not run (step, step)"
+
+
+def test_drop_nulls_treats_a_null_argument_as_not_given():
+    reply = blocks(("email_search_emails", {"query": "Lunch", "page": None}))  # page: int = 1
+    assert turn(make_toolbox(drop_nulls=True), reply).errors == 0
+    assert turn(make_toolbox(drop_nulls=True).with_specs(make_toolbox().specs()), reply).errors == 0
+    assert turn(make_toolbox(), reply).errors == 1

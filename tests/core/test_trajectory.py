@@ -78,7 +78,7 @@ def test_trajectory_without_token_ids_has_no_sequences():
 
 
 def test_context_overflow_after_the_first_turn_truncates_with_the_env_rule():
-    prompt = len(CharTemplatePolicy.render(LookupToolEnv().prompt(TASK)))
+    prompt = len(CharTemplatePolicy.render(LookupToolEnv().prompt(LookupToolEnv().load_task(TASK))))
     (episode,) = play(CharTemplatePolicy(tool_then_answer(5), context=prompt + 60))
     assert episode.truncated and not episode.terminated and episode.error is None
     assert not episode.reward.masked and episode.reward.value == 0.0
@@ -108,7 +108,7 @@ def test_env_settings_override_the_runner_defaults():
 
 
 def test_token_budget_truncates():
-    budget = len(CharTemplatePolicy.render(LookupToolEnv().prompt(TASK))) + 300
+    budget = len(CharTemplatePolicy.render(LookupToolEnv().prompt(LookupToolEnv().load_task(TASK)))) + 300
     policy = CharTemplatePolicy(tool_then_answer(50))
     (episode,) = play(policy, env_id="toy/LookupToolLong-v0", max_episode_tokens=budget)
     assert episode.truncated and f"token budget of {budget}" in episode.reward.reason

@@ -36,7 +36,7 @@ def env():
 
 
 def score(env, task, code, lang="python"):
-    return asyncio.run(env.areward(env.load_task(task), f"```{lang}\n{code}\n```"))
+    return asyncio.run(env.areward(task, f"```{lang}\n{code}\n```"))
 
 
 def test_the_bundled_file_is_current():
@@ -108,7 +108,7 @@ def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail(env, index):
 @pytest.mark.slow
 def test_all_humaneval_canonical_solutions_pass(env):
     async def go():
-        return await asyncio.gather(*(env.areward(env.load_task(t), f"```python\n{t['reference_solution']}\n```")
+        return await asyncio.gather(*(env.areward(t, f"```python\n{t['reference_solution']}\n```")
                                       for t in HUMANEVAL))
 
     failed = [(t["id"], r.reason) for t, r in zip(HUMANEVAL, asyncio.run(go()), strict=True) if r.value != 1]

@@ -41,7 +41,7 @@ def env():
 
 
 def score(env: StructuredOutputEnv, task: dict, text: str):
-    return run_sync(env.areward(env.load_task(task), text))
+    return run_sync(env.areward(task, text))
 
 
 def text_row(schema: dict, fmt: str) -> dict:
@@ -58,10 +58,14 @@ def assert_no_point(reward, text: str, expect: str | None = None) -> None:
         assert reward.components["error_type"] == expect, (text, reward.reason)
 
 
+
+def bundled_rows() -> list[dict[str, Any]]:
+    return [t.row for t in make("cascade/StructuredOutput-v0").tasks]
+
 # ----- one test per format: the vacuous pass, then a real answer still winning ------------------
 
 def test_csv_one_line_reply_is_a_header_without_rows(env):
-    task = next(t for t in make("cascade/StructuredOutput-v0").tasks if t["schema_type"] == "csv")
+    task = next(t for t in bundled_rows() if t["schema_type"] == "csv")
     header = task["reference_response"].splitlines()[0]
     for text in (NO_DATA, header, header + "\n", header + "\n\n\n"):
         reward = score(env, task, text)
@@ -75,7 +79,7 @@ def test_csv_one_line_reply_is_a_header_without_rows(env):
     ("city,population,is_capital\nCanberra,467000,true,extra\n", "line 2: 4 cells, the header has 3 columns"),
 ])
 def test_csv_ambiguous_tables_are_parse_errors(env, text, error):
-    task = next(t for t in make("cascade/StructuredOutput-v0").tasks if t["schema_type"] == "csv")
+    task = next(t for t in bundled_rows() if t["schema_type"] == "csv")
     reward = score(env, task, text)
     assert_no_point(reward, text, "parse_error")
     assert reward.components["errors"] == [error]
@@ -135,7 +139,7 @@ def test_a_sentence_does_not_validate_against_a_typeless_object_schema(env):
 
 
 def test_tool_call_payloads_need_a_value(env):
-    tasks = [t for t in make("cascade/StructuredOutput-v0").tasks if t["response_mode"] == "tool_call"]
+    tasks = [t for t in bundled_rows() if t["response_mode"] == "tool_call"]
     for task in tasks:
         key = task.get("tool_payload_key")
         for empty in ({}, [], None):
@@ -165,7 +169,7 @@ def blank(value: Any) -> Any:
 
 
 def test_bundled_samples_give_no_point_without_an_answer(env):
-    tasks = make("cascade/StructuredOutput-v0").tasks
+    tasks = bundled_rows()
     for task in tasks:
         fmt, reference = task["schema_type"], task["reference_response"]
         assert score(env, task, reference).value == 1.0, task["id"]

@@ -51,7 +51,7 @@ def worker_pids(env) -> list[int]:
 
 def timed(env, task: dict, answer: str) -> tuple[Reward, float]:
     start = time.perf_counter()
-    reward = run_sync(env.areward(env.load_task(task), answer))
+    reward = run_sync(env.areward(task, answer))
     return reward, time.perf_counter() - start
 
 
@@ -82,7 +82,7 @@ def test_if_answers_go_to_the_pool_and_agree_with_in_process_checks():
     try:
         for answer in ("This is a sentence. " * 100, "", "no", "A. B? C! " * 50):
             pooled, _ = timed(pooled_env, IF_ROW, answer)
-            assert pooled == run_sync(inline.areward(inline.load_task(IF_ROW), answer))
+            assert pooled == run_sync(inline.areward(IF_ROW, answer))
         assert pooled_env.verifier.pool.live_workers == 1
         assert inline.verifier._pool is None  # short enough: checked in-process, nothing started
     finally:
@@ -137,7 +137,7 @@ def structured_env() -> Iterator[StructuredOutputEnv]:
 def test_so_catastrophic_pattern_is_stopped_and_does_not_stall_other_answers(structured_env):
     evil = json.dumps({"text": "a" * 30 + "!"})
     good = json.dumps({"text": "hello world"})
-    task = structured_env.load_task(WORDS)
+    task = structured_env.load(WORDS)
 
     async def together():
         await asyncio.gather(structured_env.areward(task, good), structured_env.areward(task, good))  # warm
@@ -227,7 +227,7 @@ def test_mcqa_regex_that_times_out_on_any_answer_is_masked(mcqa):
     reward, _ = timed(mcqa, mcqa_row(r"(?:.*){100}Z"), "\\boxed{A}")
     assert reward.masked and "times out even on a short canonical answer" in reward.error
     start = time.perf_counter()  # the verdict on the regex is cached: one time-out, no probes
-    reward = run_sync(mcqa.areward(mcqa.load_task(mcqa_row(r"(?:.*){100}Z")), "\\boxed{B}"))
+    reward = run_sync(mcqa.areward(mcqa_row(r"(?:.*){100}Z"), "\\boxed{B}"))
     assert reward.masked and time.perf_counter() - start < 1.0 + OVERHEAD_S
 
 
@@ -247,7 +247,7 @@ def test_mcqa_size_limit_and_linear_builtin_modes():
     for text in ("\\boxed{" * 40_000, "Answer: " * 35_000, "**Answer:** A or " * 15_000, "A, " * 90_000):
         for mode in GRADING_MODES:
             start = time.perf_counter()
-            reward = run_sync(env.areward(env.load_task({**plain, "grading_mode": mode}), text))
+            reward = run_sync(env.areward({**plain, "grading_mode": mode}, text))
             assert not reward.masked and time.perf_counter() - start < 1.0, (mode, text[:20])
     assert env.verifier._pool is None  # built-in extractors run in-process
     reward, _ = timed(env, plain, "A" * 300_001)

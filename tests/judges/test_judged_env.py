@@ -6,11 +6,12 @@ import asyncio
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from cascade_envs import Reward, TaskError, register
+from cascade_envs import Prompt, Reward, TaskError, register
 from cascade_envs.cli import main
 from cascade_envs.env import run_sync
 from cascade_envs.judges import (
@@ -37,19 +38,25 @@ def parse_verdict(reply: str) -> bool:
     return match.group(1).lower() == "yes"
 
 
-class VerdictEnv(JudgedEnv):
+@dataclass(frozen=True)
+class VerdictTask:
+    prompt: Prompt
+    reference: str
+
+
+class VerdictEnv(JudgedEnv[VerdictTask]):
     """Reward 1 when the judge says the answer matches the task's reference (a small judged env)."""
 
     judge_max_tokens = 32
 
-    def load_task(self, row: dict[str, Any]) -> dict[str, Any]:
-        row = super().load_task(row)
+    def load_task(self, row: dict[str, Any]) -> VerdictTask:
+        prompt = Prompt.of(row)
         if not isinstance(row.get("reference"), str):
             raise TaskError("expected a string", "reference")
-        return row
+        return VerdictTask(prompt, row["reference"])
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
-        ask = [{"role": "user", "content": f"Reference: {task['reference']}\nResponse: {answer}\n"
+    async def ascore(self, task: VerdictTask, answer: str) -> Reward:
+        ask = [{"role": "user", "content": f"Reference: {task.reference}\nResponse: {answer}\n"
                                            "Does the response match the reference? End with 'VERDICT: yes' or 'VERDICT: no'."}]
         try:
             matches = await self.ajudge(ask, parse_verdict)

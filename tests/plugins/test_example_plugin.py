@@ -185,7 +185,7 @@ def test_cli_lists_plugin_with_distribution_and_version(
     script = Path(sys.executable).with_name("cascade-envs")
     args = [str(script)] if script.exists() else [sys.executable, "-m", "cascade_envs"]
     out = run([*args, "list"], tmp_path).stdout
-    for env_id in ("example/Countdown-v0", "example/GuessNumber-v0"):
+    for env_id in ("example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"):
         line = next((line for line in out.splitlines() if env_id in line), "")
         assert re.search(rf"{DIST}\s+{re.escape(VERSION)}", line), f"{env_id} not listed with {DIST} {VERSION}:\n{out}"
     with_broken = run([*args, "list"], tmp_path, pythonpath=broken_plugins).stdout
@@ -212,7 +212,7 @@ def test_discovered_lazily_with_its_distribution(installed: Plugin, tmp_path: Pa
     assert result["after_discovery"] == ["cascade_envs_example", "cascade_envs_example.plugin"]  # env modules wait for make()
     assert result["spec"] == ["example", DIST, VERSION, "cascade_envs_example.countdown:CountdownEnv"]
     assert "site-packages" in result["file"]  # the installed copy, with its bundled data
-    assert {"example/Countdown-v0", "example/GuessNumber-v0"} <= set(result["ids"])
+    assert {"example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"} <= set(result["ids"])
     assert result["ntasks"] == 20
     assert "plugin" not in stderr  # nothing reported as failing
 
@@ -226,8 +226,8 @@ def test_gymnasium_make_with_module_prefix_scores_an_episode(installed: Plugin, 
         rewards = []
         for answer in ("solution", "1 + 1"):
             obs, info = env.reset(seed=7)
-            task = env.unwrapped.episode.task
-            text = task["solution"] if answer == "solution" else answer
+            row = next(t.row for t in env.unwrapped.tasks if t.task_id == info["task_id"])
+            text = row["solution"] if answer == "solution" else answer
             _, reward, terminated, truncated, info = env.step(f"<think>...</think><answer>{text}</answer>")
             rewards.append([reward, terminated, truncated, info["reward"].reason])
         print(json.dumps({"type": type(env.unwrapped).__name__, "prompt": obs[0]["content"], "rewards": rewards}))
@@ -299,7 +299,7 @@ def test_broken_plugins_are_reported_once_and_isolated(
         assert len(reports) == 1 and dist in reports[0], stderr  # reported once, with its distribution
     assert "broken/Hook-v0" not in result["ids"]  # a failing hook contributes nothing
     assert set(result["builtins"]) <= set(result["ids"]) and PROBE_BUILTIN in result["ids"]
-    assert {"example/Countdown-v0", "example/GuessNumber-v0"} <= set(result["ids"])
+    assert {"example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"} <= set(result["ids"])
     assert result["reward"] == 1.0
     for env_id, message in result["errors"].items():
         assert f"unknown environment '{env_id}'" in message

@@ -56,7 +56,7 @@ def test_sequences_are_prompt_plus_completion_tokens_with_matching_logprobs(engi
     assert len(batch.sequences) == 3 * 4 and len(batch.groups) == 3
     env = cascade_envs.make("test/SayYes-v0")
     for group in batch.groups:
-        prompt = engine.policy.encode_prompt(env.prompt(group.task), thinking=False)
+        prompt = engine.policy.encode_prompt(env.prompt(env.load_task(group.row)), thinking=False)
         for episode in group.episodes:
             assert episode.response.prompt_token_ids == prompt
     seqs = batch.sequences

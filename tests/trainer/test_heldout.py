@@ -78,7 +78,7 @@ def default_envs():
 
 def ideal_answer(task) -> str:
     """A reply that follows the row's instruction (built from its kwargs, not from the checker)."""
-    (check,) = task["checks"]
+    (check,) = task.task.checks
     kwargs = check["kwargs"]
     if check["id"] == "format:options":
         return kwargs["options"].split("/")[0].strip()
@@ -90,12 +90,12 @@ def ideal_answer(task) -> str:
 def test_default_rows_train_and_heldout_are_disjoint_and_one_instruction_each():
     train, heldout = default_envs()
     try:
-        questions = {prompt_messages(t)[0]["content"].split("?")[0] for t in train.tasks}
-        held = {prompt_messages(t)[0]["content"].split("?")[0] for t in heldout.tasks}
+        questions = {prompt_messages(t.row)[0]["content"].split("?")[0] for t in train.tasks}
+        held = {prompt_messages(t.row)[0]["content"].split("?")[0] for t in heldout.tasks}
         assert len(train.tasks) >= 30 and len(heldout.tasks) == 8
         assert not questions & held
-        kinds = {t["checks"][0]["id"] for t in train.tasks}
-        assert kinds == {t["checks"][0]["id"] for t in heldout.tasks}
+        kinds = {t.task.checks[0]["id"] for t in train.tasks}
+        assert kinds == {t.task.checks[0]["id"] for t in heldout.tasks}
         assert kinds == {"format:options", "startend:end_checker", "keywords:existence"}
     finally:
         train.close()
@@ -107,10 +107,10 @@ def test_every_row_accepts_its_instruction_and_no_single_reply_games_the_rows():
     try:
         tasks = list(train.tasks) + list(heldout.tasks)
         for task in tasks:
-            assert train.follow_list(task, ideal_answer(task)) == [True], task["id"]
-            assert train.follow_list(task, "I am not sure.") == [False], task["id"]
+            assert train.follow_list(task.task, ideal_answer(task)) == [True], task.task_id
+            assert train.follow_list(task.task, "I am not sure.") == [False], task.task_id
         # a policy that collapses to one reply: the best reply taken from any row follows few rows
-        best = max(sum(train.follow_list(t, ideal_answer(source))[0] for t in tasks) for source in tasks)
+        best = max(sum(train.follow_list(t.task, ideal_answer(source))[0] for t in tasks) for source in tasks)
         assert best / len(tasks) <= 0.1
     finally:
         train.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cascade_envs import Env, Reward
+from cascade_envs import Env, Episode, Reward
 from cascade_envs.core import Completion
 from cascade_envs.mix import EnvMix
 from cascade_envs.policy import SamplingParams
@@ -44,11 +44,11 @@ class HalfFlatEnv(Env):
         self.scored: Counter[str] = Counter()
         super().__init__(**kwargs)
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
-        if task["id"].startswith("f"):
+    async def ascore_episode(self, episode: Episode, answer: str) -> Reward:
+        if episode.task_id.startswith("f"):
             return Reward(0.5)
-        self.scored[task["id"]] += 1
-        return Reward(float(self.scored[task["id"]] % 2))
+        self.scored[episode.task_id] += 1
+        return Reward(float(self.scored[episode.task_id] % 2))
 
 
 def half_flat_tasks(varied: int = 6, flat: int = 6) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cascade_envs import Env, Reward, TaskError
+from cascade_envs import Env, Prompt, Reward, Row, TaskError
 
 WORDS = ["yes", "no", "maybe", "cat", "dog", "red", "blue", "one", "two", "say", "the", "word"]
 SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>"]
@@ -68,18 +68,18 @@ def save_tiny(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-class SayYesEnv(Env):
+class SayYesEnv(Env[Prompt]):
     """Reward: the fraction of the answer's words that are "yes" (0 for an empty answer)."""
 
     thinking = False
 
-    def load_task(self, row: dict[str, Any]) -> dict[str, Any]:
-        row = super().load_task(row)
+    def load_task(self, row: Row) -> Prompt:
+        prompt = Prompt.of(row)
         if not isinstance(row.get("prompt"), str):
             raise TaskError("expected a string", "prompt")
-        return row
+        return prompt
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+    async def ascore(self, task: Prompt, answer: str) -> Reward:
         words = answer.split()
         if not words:
             return Reward.zero("empty answer")
@@ -89,7 +89,7 @@ class SayYesEnv(Env):
 class ConstantEnv(SayYesEnv):
     """Every answer scores 0 (cut ones too): every group is filtered out."""
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+    async def ascore(self, task: Prompt, answer: str) -> Reward:
         return Reward.zero("this env never rewards")
 
 
@@ -100,7 +100,7 @@ def say_yes_tasks() -> list[dict[str, Any]]:
 class HalfBrokenEnv(SayYesEnv):
     """The verifier fails on answers with an odd number of words (masked samples); others score as SayYes."""
 
-    async def ascore(self, task: dict[str, Any], answer: str) -> Reward:
+    async def ascore(self, task: Prompt, answer: str) -> Reward:
         if len(answer.split()) % 2:
             raise RuntimeError("verifier crashed")
         return await super().ascore(task, answer)

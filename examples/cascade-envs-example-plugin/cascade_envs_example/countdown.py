@@ -9,10 +9,10 @@ pointed at those files as well as at the bundled sample set.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from cascade_envs import Env, Reward, Task, TaskError
+from cascade_envs import Env, Prompt, Reward, Row, TaskError
 
 from .arithmetic import ExpressionError, evaluate
 
@@ -29,39 +29,54 @@ PROMPT = (
 )
 
 
-class CountdownEnv(Env):
+@dataclass(frozen=True)
+class CountdownTask:
+    """A Countdown row, checked once when the env loads it; ``prompt`` is what the model sees."""
+
+    prompt: Prompt
+    nums: tuple[int, ...]
+    target: int
+
+
+def read_task(row: Row, template: str = PROMPT, tools: tuple[dict, ...] = ()) -> CountdownTask:
+    """Check a row; ``TaskError`` names the field that is wrong. A row without a ``prompt`` gets
+    ``template``'s; ``tools``: the tool specs the prompt announces."""
+    nums = row.get("nums")
+    if not isinstance(nums, list) or not 2 <= len(nums) <= MAX_NUMBERS:
+        raise TaskError(f"expected a list of 2 to {MAX_NUMBERS} integers", "nums")
+    if not all(type(n) is int and n > 0 for n in nums):
+        raise TaskError("every number must be a positive integer", "nums")
+    target = row.get("target")
+    if type(target) is not int:
+        raise TaskError("expected an integer", "target")
+    prompt = Prompt.of({**row, "prompt": row.get("prompt") or template.format(nums=nums, target=target)})
+    return CountdownTask(Prompt(prompt.messages, tools), tuple(nums), target)
+
+
+class CountdownEnv(Env[CountdownTask]):
     """Single-turn Countdown: reward 1 for an expression that reaches the target exactly, else 0."""
 
     default_tasks = BUNDLED_TASKS
 
-    def load_task(self, row: dict[str, Any]) -> Task:
-        nums = row.get("nums")
-        if not isinstance(nums, list) or not 2 <= len(nums) <= MAX_NUMBERS:
-            raise TaskError(f"expected a list of 2 to {MAX_NUMBERS} integers", "nums")
-        if not all(type(n) is int and n > 0 for n in nums):
-            raise TaskError("every number must be a positive integer", "nums")
-        target = row.get("target")
-        if type(target) is not int:
-            raise TaskError("expected an integer", "target")
-        prompt = row.get("prompt") or PROMPT.format(nums=nums, target=target)
-        return {**row, "nums": list(nums), "target": target, "prompt": prompt}
+    def load_task(self, row: Row) -> CountdownTask:
+        return read_task(row)
 
-    async def ascore(self, task: Task, answer: str) -> Reward:
+    async def ascore(self, task: CountdownTask, answer: str) -> Reward:
         expression = last_answer(answer)
         if expression is None:
             return Reward.zero("no <answer></answer> block")
         expression = expression.strip()
         claimed = TRAILING_RESULT_RE.search(expression)
         if claimed:  # "(1 + 2) * 8 = 24": the claim must be right, the expression is what counts
-            if int(claimed.group(1)) != task["target"]:
-                return Reward.zero(f"the answer claims {claimed.group(1)}, the target is {task['target']}")
+            if int(claimed.group(1)) != task.target:
+                return Reward.zero(f"the answer claims {claimed.group(1)}, the target is {task.target}")
             expression = expression[: claimed.start()]
         try:
-            value = evaluate(expression, task["nums"])
+            value = evaluate(expression, task.nums)
         except ExpressionError as exc:
             return Reward.zero(f"invalid expression: {exc}")
-        if value != task["target"]:
-            return Reward.zero(f"the expression equals {value}, not {task['target']}", result=str(value))
+        if value != task.target:
+            return Reward.zero(f"the expression equals {value}, not {task.target}", result=str(value))
         return Reward(1.0, {"result": str(value)})
 
 

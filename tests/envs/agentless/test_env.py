@@ -13,17 +13,18 @@ import pytest
 from cascade_envs.core import Completion, Reward, TaskError
 from cascade_envs.data import resolve_path
 from cascade_envs.env import run_sync
+from cascade_envs.envs.agentless.conformance import FIX as REFERENCE_FIX
+from cascade_envs.envs.agentless.conformance import WRONG_FIX as WRONG
+from cascade_envs.envs.agentless.conformance import reference_verdict
 from cascade_envs.envs.agentless.edits import make_patch
 from cascade_envs.envs.agentless.env import AgentlessRepairEnv
 from cascade_envs.envs.agentless.prompt import JUDGE_SYSTEM
 from cascade_envs.envs.agentless.similarity import normalized_change, similarity_reward
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER
+from cascade_envs.registry import make
 from cascade_envs.testing import ScriptedJudge, check_env
 from tests.chat_server import ScriptedChatServer, Step
-from tests.envs.agentless.reference_judge import FIX as REFERENCE_FIX
-from tests.envs.agentless.reference_judge import WRONG_FIX as WRONG
-from tests.envs.agentless.reference_judge import reference_verdict
 
 SAMPLES = [json.loads(line) for line in resolve_path("bundled:agentless/samples.jsonl").open(encoding="utf-8")]
 ROW = SAMPLES[0]  # warehouse: `>=` should be `>`
@@ -188,7 +189,7 @@ def test_similarity_needs_no_judge_and_rewards_the_reference_change_with_one():
 def test_similarity_of_a_different_change_is_the_hand_computed_ratio():
     env = AgentlessRepairEnv(reward="similarity")
     task = env.load_task(ROW)
-    old = task["_agentless"].files["warehouse/stock.py"]
+    old = task.spec.files["warehouse/stock.py"]
     new = old.replace("quantity >= level.available", "quantity > level.available + 1")
     expected, _ = similarity_reward({"warehouse/stock.py": normalized_change(old, new)},
                                     {"warehouse/stock.py": normalized_change(old, old.replace(">=", ">"))})
@@ -315,6 +316,22 @@ def test_the_prompt_shows_gold_and_top_k_retrieved_files_sorted_by_path():
     assert "----- warehouse/report.py -----" in wide.prompt(wide.load_task(ROW))[0]["content"]
 
 
+def test_two_envs_with_other_settings_each_load_their_own_tasks():
+    """Regression: a process-wide task cache keyed without ``top_k`` gave ``make(top_k=0)`` the tasks that
+    ``make(top_k=5)`` had loaded (5 files per task instead of 1), as a stage's training and its evaluation do."""
+    wide = make("cascade/AgentlessRepair-v0", reward="similarity", top_k=5)
+    narrow = make("cascade/AgentlessRepair-v0", reward="similarity", top_k=0)
+    try:
+        shown = {env.top_k: [len(loaded.task.spec.files) for loaded in env.tasks] for env in (wide, narrow)}
+        assert shown[0] == [len(row["gold_files"]) for row in SAMPLES] and all(n > 2 for n in shown[5])
+        observation, _ = narrow.reset(options={"task": narrow.tasks[0]})
+        headers = [line for line in observation[0]["content"].splitlines() if line.startswith("----- ")]
+        assert len([line for line in headers if "end of" not in line]) == shown[0][0]
+    finally:
+        wide.close()
+        narrow.close()
+
+
 def test_files_not_shown_cannot_be_edited():
     only_gold = AgentlessRepairEnv(reward="similarity", top_k=0)
     edit_hidden = FIX.replace("warehouse/stock.py", "warehouse/cli.py").replace(
@@ -353,7 +370,7 @@ def test_every_bundled_sample_rewards_its_reference_with_one_and_nonsense_with_m
     env = AgentlessRepairEnv(reward="similarity")
     try:
         for row in SAMPLES:
-            spec = env.load_task(row)["_agentless"]
+            spec = env.load_task(row).spec
             edits = []
             for key in spec.reference:
                 hunks = [h for h in row["patch"].split("diff --git") if f"a/{key} " in h]

@@ -6,11 +6,11 @@ import pytest
 
 from cascade_envs.env import run_sync
 from cascade_envs.envs.agentless import prompt
+from cascade_envs.envs.agentless.conformance import FIX, reference_verdict
 from cascade_envs.envs.agentless.edits import parse_edits
 from cascade_envs.envs.agentless.env import AgentlessRepairEnv
 from cascade_envs.envs.agentless.rows import RepairSpec
 from cascade_envs.testing import ScriptedJudge
-from tests.envs.agentless.reference_judge import FIX, reference_verdict
 
 SPEC = RepairSpec("Crash on empty input.", {"pkg/a.py": "def f(x):\n    return x[0]\n"},
                   "diff --git a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1,2 +1,2 @@\n def f(x):\n"

@@ -26,7 +26,7 @@ from cascade_envs.env import run_sync
 from cascade_envs.envs.agentless.env import AgentlessRepairEnv
 from cascade_envs.envs.agentless.gym_modes import chosen_letter
 from cascade_envs.envs.agentless.patches import parse_patch
-from cascade_envs.envs.agentless.rows import SPEC, ChoiceSpec, RepairSpec, ReproSpec
+from cascade_envs.envs.agentless.rows import ChoiceSpec, RepairSpec, ReproSpec
 from cascade_envs.judges import HTTPJudge
 from tests.chat_server import ScriptedChatServer, Step
 
@@ -79,9 +79,8 @@ def test_swerl_gen_rows_load_unchanged(env: AgentlessRepairEnv, shared_data: Pat
     kinds = []
     for row in rows:
         task = env.load_task(row)
-        assert {k: v for k, v in task.items() if k != SPEC} == row
         assert env.prompt(task) == prompt_messages(row)  # the row's own prompt, unchanged
-        kinds.append((row["mode"], type(task[SPEC])))
+        kinds.append((row["mode"], type(task.spec)))
     assert sorted(set(kinds), key=str) == sorted({("eval", RepairSpec), ("repro-gen", ReproSpec)}, key=str)
 
 
@@ -163,8 +162,7 @@ def test_remove_repo_name_rows_name_files_without_the_repository_folder(env: Age
 def test_swerl_llm_judge_rows_load_unchanged(env: AgentlessRepairEnv, shared_data: Path):
     for row in read(shared_data / "nemo-gym-rows" / "swerl_llm_judge", "example.jsonl"):
         task = env.load_task(row)
-        assert {k: v for k, v in task.items() if k != SPEC} == row
-        assert isinstance(task[SPEC], ChoiceSpec) and task[SPEC].grading_mode == row["grading_mode"]
+        assert isinstance(task.spec, ChoiceSpec) and task.spec.grading_mode == row["grading_mode"]
 
 
 def test_swerl_llm_judge_rollouts_rescore_as_upstream(env: AgentlessRepairEnv, shared_data: Path):
@@ -198,10 +196,10 @@ def test_choice_grading_modes(answer: str, strict: str | None, lenient: str | No
 
 def test_choice_rows_are_validated(env: AgentlessRepairEnv):
     row = {"prompt": "Which fix?", "options": [{"A": "diff a"}, {"B": "diff b"}], "expected_answer": "B"}
-    assert env.load_task(row)[SPEC].grading_mode == "lenient"  # upstream's default
+    assert env.load_task(row).spec.grading_mode == "lenient"  # upstream's default
     assert run_sync(env.areward(row, "<solution>B</solution>")).value == 1.0
     assert run_sync(env.areward(row, "<solution>A</solution>")).reason == "chose A, expected B"
-    assert env.load_task({**row, "expected_answer": ["b", "A"]})[SPEC].gold == ("B", "A")
+    assert env.load_task({**row, "expected_answer": ["b", "A"]}).spec.gold == ("B", "A")
     for change, field in [({"expected_answer": "C"}, "expected_answer"), ({"options": [{"AB": "x"}]}, "options"),
                           ({"grading_mode": "fuzzy"}, "grading_mode"), ({"options": []}, "options")]:
         with pytest.raises(TaskError) as caught:

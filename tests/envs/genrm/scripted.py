@@ -1,16 +1,19 @@
-"""A scripted GenRM judge for the tests: a rubric for "Which is larger, 9.11 or 9.9?".
+"""A scripted GenRM judge for the tests: the rubric for "Which is larger, 9.11 or 9.9?".
 
-``rubric_reply`` answers in-process (``ScriptedJudge(rubric_reply)``); ``rubric_step`` is the rubric's
-answer as a ``Step`` of ``tests.chat_server.ScriptedChatServer`` (a real local HTTP server), which a
-test's script replaces with 5xx, latency, garbage bodies or unparseable replies where it says so.
+``rubric_reply`` (the env's conformance judge, ``cascade_envs.envs.genrm.conformance``) answers
+in-process as ``ScriptedJudge(rubric_reply)``; ``rubric_step`` is the rubric's answer as a ``Step`` of
+``tests.chat_server.ScriptedChatServer`` (a real local HTTP server), which a test's script replaces
+with 5xx, latency, garbage bodies or unparseable replies where it says so.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from cascade_envs.envs.genrm.conformance import responses_of, rubric_reply
 from tests.chat_server import Step
+
+__all__ = ["QUESTION", "RIGHT", "RIGHT_LONG", "ROW", "WRONG", "responses_of", "rubric_reply", "rubric_step"]
 
 QUESTION = "Which is larger, 9.11 or 9.9? Answer briefly."
 ROW = {"id": "larger", "responses_create_params": {"input": [{"role": "user", "content": QUESTION}]}}
@@ -18,56 +21,6 @@ RIGHT = "<think>Compare tenths: 9 > 1.</think>9.9 is larger."
 RIGHT_LONG = ("<think>Write 9.9 as 9.90 and compare it with 9.11 digit by digit.</think>"
               "9.9 is larger: as 9.90 against 9.11, the tenths digit decides, and 9 > 1.")
 WRONG = "<think>11 > 9.</think>9.11 is larger."
-
-_RESPONSE = re.compile(r"\[The Begin of Response ([12])\]\n(.*?)\n\[The End of Response \1\]", re.DOTALL)
-
-
-def rubric_score(response: str) -> float:
-    """5 for the right answer, 1 for the wrong one or none, 3 for anything else."""
-    if "9.9 is larger" in response:
-        return 5.0
-    if "9.11 is larger" in response or response == "None":
-        return 1.0
-    return 3.0
-
-
-def responses_of(messages: list[dict[str, Any]]) -> tuple[str, str]:
-    """The two responses a judge request compares (either prompt format)."""
-    roles = {m["role"]: m["content"] for m in messages}
-    if "response_1" in roles:
-        return roles["response_1"], roles["response_2"]
-    found = dict(_RESPONSE.findall(messages[-1]["content"]))
-    return found["1"], found["2"]
-
-
-def rubric_verdict(messages: list[dict[str, Any]]) -> tuple[float, float, float]:
-    """Scores by the rubric; the ranking follows them, and a tie goes to the shorter response
-    (3.5 when both have the same length)."""
-    first, second = responses_of(messages)
-    s1, s2 = rubric_score(first), rubric_score(second)
-    if s1 != s2:
-        return s1, s2, 2.0 if s1 > s2 else 5.0
-    if len(first) == len(second):
-        return s1, s2, 3.5
-    return s1, s2, 3.0 if len(first) < len(second) else 4.0
-
-
-def sectioned_reply(s1: float, s2: float, ranking: float) -> str:
-    return ("Both responses were read.</think>\n[The Begin of Analysis on Response 1]\n...\n"
-            "[The End of Analysis on Response 1]\n[The Begin of Individual Scores]\n"
-            f"\\boxed{{{s1:g}, {s2:g}}}\n[The End of Individual Scores]\n[The Begin of Ranking Score]\n"
-            f"\\boxed{{{ranking:g}}}\n[The End of Ranking Score]")
-
-
-def json_reply(s1: float, s2: float, ranking: float) -> str:
-    return f'Compared.</think>{{"score_1": {s1:g}, "score_2": {s2:g}, "ranking": {ranking:g}}}'
-
-
-def rubric_reply(messages: list[dict[str, Any]]) -> str:
-    """The rubric's verdict in the layout the request's prompt format asks for."""
-    verdict = rubric_verdict(messages)
-    roles = any(m["role"] == "response_1" for m in messages)
-    return json_reply(*verdict) if roles else sectioned_reply(*verdict)
 
 
 def rubric_step(request: dict[str, Any], delay_s: float = 0.0) -> Step:

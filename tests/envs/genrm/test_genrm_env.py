@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cascade_envs import TaskError
+from cascade_envs import Prompt, TaskError
 from cascade_envs.env import run_sync
 from cascade_envs.envs.genrm.env import GenRMEnv
 from cascade_envs.judges import HTTPJudge, JudgeUnavailable
@@ -270,14 +270,14 @@ def test_rows_must_end_with_a_user_turn():
         assert caught.value.field == "messages"
         with pytest.raises(TaskError):
             env.load_task({"responses_create_params": {"input": []}})
-        assert env.load_task({"prompt": "Hi"}) == {"prompt": "Hi"}
+        assert env.load_task({"prompt": "Hi"}) == Prompt(({"role": "user", "content": "Hi"},))
 
 
 def test_the_bundled_samples_load():
     env = GenRMEnv(judge_url=ScriptedJudge(rubric_reply))
     try:
         assert env.tasks is not None and len(env.tasks) == 10
-        assert all(env.prompt(task)[-1]["role"] == "user" for task in env.tasks)
+        assert all(env.prompt(loaded.task)[-1]["role"] == "user" for loaded in env.tasks)
     finally:
         env.close()
 

@@ -26,7 +26,7 @@ ROW = {
 
 
 def score(env: InstructionFollowingEnv, row: dict, answer: str | Completion):
-    task = env.load_task(row)
+    task = env.load(row)
     return asyncio.run(env.areward(task, answer))
 
 
@@ -38,7 +38,7 @@ def env() -> InstructionFollowingEnv:
 def test_bundled_samples_load_and_cover_both_families():
     env = InstructionFollowingEnv()
     assert len(env.tasks) >= 20
-    ids = {check["id"] for task in env.tasks for check in task["checks"]}
+    ids = {check["id"] for task in env.tasks for check in task.task.checks}
     assert len(ids) >= 50
 
 
@@ -104,8 +104,8 @@ def test_ifeval_layout_row_loads_as_is(env):
         "instruction_id_list": ["punctuation:no_comma", "detectable_format:number_highlighted_sections"],
         "kwargs": [{}, {"num_highlights": 3}],
     }
-    task = env.load_task(row)
-    assert [c["kwargs"] for c in task["checks"]] == [{}, {"num_highlights": 3}]
+    task = env.load(row)
+    assert [c["kwargs"] for c in task.task.checks] == [{}, {"num_highlights": 3}]
     assert score(env, row, "*a* *b* *c*").value == 1.0
 
 
@@ -121,9 +121,9 @@ def test_verifier_metadata_layout_wins_over_top_level(env):
             "grading_mode": "fraction",
         },
     }
-    task = env.load_task(row)
-    assert [c["id"] for c in task["checks"]] == ["punctuation:punctuation_dot"]
-    assert task["grading_mode"] == "fraction"
+    task = env.load(row)
+    assert [c["id"] for c in task.task.checks] == ["punctuation:punctuation_dot"]
+    assert task.task.grading_mode == "fraction"
 
 
 @pytest.mark.parametrize(
@@ -184,5 +184,5 @@ def test_missing_resource_masks_the_reward(monkeypatch):
 
 
 def test_group_scoring(env):
-    rewards = asyncio.run(env.ascore_responses(env.load_task(ROW), ["<<T>> ok", "bad, answer", ""]))
+    rewards = asyncio.run(env.ascore_responses(ROW, ["<<T>> ok", "bad, answer", ""]))
     assert [r.value for r in rewards] == [1.0, 0.0, 0.0]

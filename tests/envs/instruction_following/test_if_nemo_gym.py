@@ -39,8 +39,8 @@ def test_example_rows_load_unchanged():
     rows = _read("example.jsonl")
     assert len(env.tasks) == len(rows) == 5
     for task, row in zip(env.tasks, rows, strict=True):
-        assert [c["id"] for c in task["checks"]] == row["instruction_id_list"]
-        assert env.prompt(task)[-1]["content"] == row["responses_create_params"]["input"][-1]["content"]
+        assert [c["id"] for c in task.task.checks] == row["instruction_id_list"]
+        assert env.prompt(task.task)[-1]["content"] == row["responses_create_params"]["input"][-1]["content"]
 
 
 @pytest.mark.parametrize(
@@ -48,8 +48,8 @@ def test_example_rows_load_unchanged():
 )
 def test_rollout_verdicts_and_reward_agree(rollout):
     env = InstructionFollowingEnv(tasks=[])
-    task = env.load_task(rollout)
-    reward = asyncio.run(env.ascore(task, _final_text(rollout)))
+    task = env.load(rollout)
+    reward = asyncio.run(env.ascore(task.task, _final_text(rollout)))
     assert not reward.masked
     assert [item["followed"] for item in reward.components["instructions"]] == rollout[
         "follow_instruction_list"

@@ -52,7 +52,7 @@ def envs():
 @pytest.mark.parametrize(("iid", "kwargs"), TRIVIAL, ids=[i for i, _ in TRIVIAL])
 def test_a_reply_with_nothing_visible_follows_nothing(envs, iid, kwargs):
     for env in envs:
-        task = env.load_task(row(iid, kwargs))
+        task = env.load(row(iid, kwargs))
         for answer in NOTHING_VISIBLE:
             reward = asyncio.run(env.areward(task, answer))
             assert reward.value == 0.0 and not reward.masked, (env.strict, iid, answer)
@@ -65,7 +65,7 @@ def test_loose_variants_with_nothing_visible_are_not_checked(envs):
     """Loose scoring drops the first or last line; a variant left with only invisible characters is
     empty. (Upstream IFEval would check "\\u200b" as text, since str.strip() keeps it, and pass it.)"""
     _, loose = envs
-    task = loose.load_task(row("punctuation:no_comma", {}))
+    task = loose.load(row("punctuation:no_comma", {}))
     assert asyncio.run(loose.areward(task, "Hello, world\n\u200b")).value == 0.0
     assert asyncio.run(loose.areward(task, "Hello, world\nno commas here")).value == 1.0
 
@@ -89,8 +89,8 @@ def test_ifeval_rows_with_a_hash_or_bang_letter_load_and_count_it_literally(capl
     env = InstructionFollowingEnv(tasks=[IFEVAL_1122, EXCLAIM], inline_chars=10**6)
     try:
         hashtags, cheer = env.tasks
-        assert hashtags["checks"][1]["kwargs"]["letter"] == "#"
-        assert cheer["checks"][0]["kwargs"]["letter"] == "!"
+        assert hashtags.task.checks[1]["kwargs"]["letter"] == "#"
+        assert cheer.task.checks[0]["kwargs"]["letter"] == "!"
 
         def value(task, answer):
             return asyncio.run(env.areward(task, answer)).value
@@ -100,7 +100,7 @@ def test_ifeval_rows_with_a_hash_or_bang_letter_load_and_count_it_literally(capl
         assert value(cheer, "go team! go!") == 1.0
         assert value(cheer, "go team go, go go go, aaaaaaaa!") == 0.0  # one "!", and plenty of every letter
         for letter, answer, followed in (("!", "wow!!", True), ("#", "a#", False)):
-            task = env.load_task({**EXCLAIM, "kwargs": [{**EXCLAIM["kwargs"][0], "letter": letter}]})
+            task = env.load({**EXCLAIM, "kwargs": [{**EXCLAIM["kwargs"][0], "letter": letter}]})
             assert value(task, answer) == float(followed)
     finally:
         env.close()
@@ -120,8 +120,8 @@ def test_a_tolerated_letter_is_logged_once_per_character(caplog):
 @pytest.mark.parametrize(("letter", "stored"), [("Q", "q"), (" z ", "z"), ("#", "#"), ("!", "!"), ("é", "é")])
 def test_letters_are_one_character_lower_cased(letter, stored):
     env = InstructionFollowingEnv(tasks=[])
-    task = env.load_task({**EXCLAIM, "kwargs": [{**EXCLAIM["kwargs"][0], "letter": letter}]})
-    assert task["checks"][0]["kwargs"]["letter"] == stored
+    task = env.load({**EXCLAIM, "kwargs": [{**EXCLAIM["kwargs"][0], "letter": letter}]})
+    assert task.task.checks[0]["kwargs"]["letter"] == stored
 
 
 @pytest.mark.parametrize("letter", ["ab", "##", "", "  "])

@@ -16,8 +16,8 @@ from cascade_envs.envs.instruction_following.registry import get_instruction
 # kwargs for every id, taken from the bundled samples (which cover all 54 ids)
 KWARGS = {
     check["id"]: check["kwargs"]
-    for task in InstructionFollowingEnv().tasks
-    for check in task["checks"]
+    for loaded in InstructionFollowingEnv().tasks
+    for check in loaded.task.checks
     if get_instruction(check["id"]).family in ("ifeval", "ifevalg")
 }
 IDS = sorted(KWARGS)

@@ -43,8 +43,8 @@ def test_checkers_give_nemo_gym_verdicts(rollout):
 @pytest.mark.parametrize("rollout", _rollouts(), ids=lambda r: "+".join(r["instruction_id_list"]))
 def test_env_reward_equals_nemo_gym_reward(rollout):
     env = InstructionFollowingEnv(tasks=[])
-    task = env.load_task(rollout)
-    reward = asyncio.run(env.ascore(task, _final_text(rollout)))
+    task = env.load(rollout)
+    reward = asyncio.run(env.ascore(task.task, _final_text(rollout)))
     assert not reward.masked
     assert reward.value == pytest.approx(rollout["reward"])
 
@@ -54,6 +54,6 @@ def test_every_row_loads_with_ifbench_checks():
     rows = _read("example.jsonl")
     assert rows
     for row in rows:
-        task = env.load_task(row)
-        assert [check["id"] for check in task["checks"]] == row["instruction_id_list"]
-        assert all(check["id"] in IFBENCH_IDS for check in task["checks"])
+        task = env.load(row)
+        assert [check["id"] for check in task.task.checks] == row["instruction_id_list"]
+        assert all(check["id"] in IFBENCH_IDS for check in task.task.checks)

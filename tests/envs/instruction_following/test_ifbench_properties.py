@@ -138,8 +138,8 @@ def test_missing_package_masks_the_reward(monkeypatch, instruction_id, module, t
         with pytest.raises(ResourceUnavailable, match="cascade-envs\\[verifiers\\]"):
             get_instruction(instruction_id).check(text)
         env = InstructionFollowingEnv(tasks=[], inline_chars=1000)  # in-process: the package is absent here
-        task = env.load_task({"prompt": "p", "instruction_id_list": [instruction_id], "kwargs": [{}]})
-        reward = asyncio.run(env.ascore(task, text))
+        task = env.load({"prompt": "p", "instruction_id_list": [instruction_id], "kwargs": [{}]})
+        reward = asyncio.run(env.ascore(task.task, text))
         assert reward.masked and "resource unavailable" in reward.error
     finally:
         require.cache_clear()

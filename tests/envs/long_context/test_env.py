@@ -16,6 +16,7 @@ import pytest
 from cascade_envs.core import CascadeError, Completion, Reward, TaskError
 from cascade_envs.data import DataError, resolve_path
 from cascade_envs.env import run_sync
+from cascade_envs.envs.long_context.conformance import matching_verdict
 from cascade_envs.envs.long_context.env import MAX_INPUT_TOKENS, LongContextQAEnv
 from cascade_envs.envs.long_context.prompt import fence_tag
 from cascade_envs.envs.long_context.tokens import CharEstimate, TokenizerCounter, estimate_tokens
@@ -23,7 +24,6 @@ from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER
 from cascade_envs.testing import ScriptedJudge, check_env
 from tests.chat_server import ScriptedChatServer, Step
-from tests.envs.long_context.matching import matching_verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOLLM2 = Path.home() / ".cache" / "cascade-envs" / "models" / "smollm2-135m-instruct"
@@ -266,8 +266,8 @@ def test_bundled_samples_load_under_the_limit_and_are_long_multi_document_sets()
     for row, task in zip(SAMPLES, env.tasks, strict=True):
         content = row["responses_create_params"]["input"][0]["content"]
         assert len(content.split()) >= 2_000 and content.count("BEGIN DOCUMENT") >= 2
-        assert task == {**row, "input_tokens": task["input_tokens"]}
-        assert 4_000 < task["input_tokens"] < MAX_INPUT_TOKENS
+        assert task.row == row
+        assert 4_000 < task.task.input_tokens < MAX_INPUT_TOKENS
     assert len({row["document_set_id"] for row in SAMPLES}) >= 6
 
 
@@ -309,11 +309,11 @@ def test_over_limit_rows_are_rejected_at_load_naming_count_and_limit():
     with pytest.raises(DataError, match="'input_tokens': must be a non-negative integer"):
         LongContextQAEnv([{**ROW, "input_tokens": "12k"}], judge_url=fake, max_input_tokens=None)
     with pytest.raises(TaskError, match="over the limit of 5,000"):
-        run_sync(LongContextQAEnv([], judge_url=fake, max_input_tokens=5_000).astart(ROW))
+        LongContextQAEnv([], judge_url=fake, max_input_tokens=5_000).load(ROW)
 
 
 def test_the_limit_applies_to_files_per_setting(tmp_path: Path):
-    """The kernel caches a file's rows per env class; rows kept under one limit are not reused under another."""
+    """Each env loads its own rows: rows kept under one limit are not reused under another."""
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(over_limit_row(tokens=40_000)) + "\n", encoding="utf-8")
     fake = HTTPJudge("http://127.0.0.1:9/v1", model="judge")
@@ -338,7 +338,7 @@ def test_the_limit_applies_to_files_per_setting(tmp_path: Path):
 def test_malformed_rows_name_the_field(change: dict[str, Any], field: str):
     env = LongContextQAEnv([], judge_url=HTTPJudge("http://127.0.0.1:9/v1", model="judge"))
     with pytest.raises(TaskError) as caught:
-        run_sync(env.astart({**ROW, **change}))
+        env.load({**ROW, **change})
     assert caught.value.field == field
 
 
@@ -378,7 +378,7 @@ def test_a_local_tokenizer_counts_exactly_and_the_estimate_stays_above_it():
         exact = counter.count(messages)
         assert exact < CharEstimate().count(messages) < 1.5 * exact
     env = LongContextQAEnv([ROW], judge_url=HTTPJudge("http://127.0.0.1:9/v1", model="judge"), tokenizer=str(SMOLLM2))
-    assert env.tasks[0]["input_tokens"] == counter.count(ROW["responses_create_params"]["input"])
+    assert env.tasks[0].task.input_tokens == counter.count(ROW["responses_create_params"]["input"])
     with pytest.raises(DataError, match="counted with tokenizer"):
         LongContextQAEnv([ROW], judge_url=HTTPJudge("http://127.0.0.1:9/v1", model="judge"), tokenizer=str(SMOLLM2),
                          max_input_tokens=1_000)

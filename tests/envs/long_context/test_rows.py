@@ -96,8 +96,8 @@ def score_with(server: ScriptedChatServer, replies: list[str], row: dict[str, An
 def test_aalcr_rows_load_unchanged_when_the_limit_allows(aalcr: Path):
     rows = read(aalcr, "example.jsonl")
     env = LongContextQAEnv(rows, judge_url=NOWHERE, max_input_tokens=LONG_ENOUGH)
-    assert list(env.tasks) == rows
-    assert env.prompt(env.tasks[0]) == rows[0]["responses_create_params"]["input"]
+    assert [t.row for t in env.tasks] == rows
+    assert env.prompt(env.tasks[0].task) == rows[0]["responses_create_params"]["input"]
 
 
 def test_aalcr_rows_are_over_the_stage_limit_and_say_so(aalcr: Path):
@@ -116,8 +116,7 @@ def test_equivalence_rows_load_unchanged_under_the_default_limit(equivalence: Pa
     rows = read(equivalence, "example.jsonl")
     env = LongContextQAEnv(rows, judge_url=NOWHERE)
     for row, task in zip(rows, env.tasks, strict=True):
-        assert task == {**row, "input_tokens": task["input_tokens"]}  # the count made at load is kept
-        assert 0 < task["input_tokens"] < 200
+        assert task.row == row and 0 < task.task.input_tokens < 200  # the count made at load is kept
 
 
 def test_both_layouts_and_the_rollout_rows_load_into_one_env(aalcr: Path, equivalence: Path):

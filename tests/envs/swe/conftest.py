@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from cascade_envs.envs.swe.conformance import FIX as INILITE_FIX
+from cascade_envs.envs.swe.conformance import tool_call as call
 from cascade_envs.envs.swe.task import SweTask, read_task
 from cascade_envs.sandbox import Session, Workspace
 from tests.sandbox.conftest import backend_or_skip
@@ -25,16 +27,10 @@ def row(name: str) -> dict[str, Any]:
     return next(r for r in bundled_rows() if r["repo"].endswith("/" + name))
 
 
-def call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
 def fix_calls(name: str) -> list[str]:
     """Tool calls that fix repository ``name`` the way its gold patch does."""
     if name == "inilite":
-        return [call("file_editor", command="str_replace", path="/testbed/inilite/reader.py",
-                     old_str='        parts = line.split("=")\n        key, value = parts[0].strip(), parts[1].strip()\n',
-                     new_str='        key, _, value = line.partition("=")\n        key, value = key.strip(), value.strip()\n')]
+        return [INILITE_FIX]
     return [call("terminal", command="cat > /tmp/gold.patch <<'EOF'\n" + row(name)["patch"] + "EOF\n"
                  "patch -p1 < /tmp/gold.patch")]
 

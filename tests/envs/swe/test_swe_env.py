@@ -64,7 +64,7 @@ def play(env, rows, turns, group_size=1, **runner_kwargs):
 
 
 def test_the_prompt_announces_the_sdk_tools(env):
-    messages = env.prompt(row("inilite"))
+    messages = env.prompt(env.load_task(row("inilite")))
     assert [m["role"] for m in messages] == ["system", "user"]
     assert "<tools>" in messages[0]["content"] and '"name": "file_editor"' in messages[0]["content"]
     assert "/testbed" in messages[1]["content"] and "Values that contain `=`" in messages[1]["content"]
@@ -163,7 +163,7 @@ def test_bad_input_gets_clear_observations_in_bounded_time(env):
 
 def test_calls_after_finish_do_not_run(env):
     (episode,) = play(env, [row("inilite")], [FINISH + call("terminal", command="touch /testbed/late")])
-    assert "the episode finished; 1 more call(s) were not run" in episode.messages[-1]["content"]
+    assert "the episode finished; 1 more were not run (terminal)" in episode.messages[-1]["content"]
 
 
 def test_local_is_refused_unless_named_unsafe():
@@ -201,11 +201,7 @@ def test_nothing_is_left_behind(env, private_tempdir):
 
 
 def test_the_env_conforms():
-    from cascade_envs.testing import check_env
+    from cascade_envs.testing import conformance_case
 
     sandbox = backend_or_skip("bwrap", **LIMITS)
-    fix = fix_calls("inilite")[0]
-    check_env(SweEnv(sandbox=sandbox, command_timeout_s=10), good_row=row("inilite"), good_answer=fix + FINISH,
-              bad_answer=call("terminal", command="ls") + FINISH,
-              bad_rows=[({**row("inilite"), "FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"),
-                        ({**row("inilite"), "repo_snapshot": None}, "repo_snapshot")])
+    conformance_case("cascade/SWE-v0").check(SweEnv(sandbox=sandbox, command_timeout_s=10))

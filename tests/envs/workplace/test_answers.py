@@ -146,7 +146,7 @@ def test_a_row_without_the_fields_has_no_answer_to_check():
 
 @pytest.fixture(scope="module")
 def questions(env: WorkplaceEnv) -> dict[Any, dict[str, Any]]:
-    found = {task["id"]: task for task in env.tasks or [] if "expected_answer" in task}
+    found = {task["id"]: task for task in (t.row for t in env.tasks or []) if "expected_answer" in task}
     assert len(found) >= 9
     return found
 
@@ -160,7 +160,7 @@ def play(env: WorkplaceEnv, task: dict[str, Any], texts: list[str]) -> Reward:
     """Play ``texts`` as the model's turns; the episode's reward (cut at the end if still running)."""
 
     async def run() -> Reward:
-        episode = await env.astart(task)
+        episode = await env.astart(env.load(task))
         try:
             for text in texts:
                 if not episode.done:

@@ -56,7 +56,7 @@ def solution_texts(task: dict[str, Any]) -> list[str]:
 @pytest.fixture(scope="module")
 def tasks(env: WorkplaceEnv) -> dict[str, dict[str, Any]]:
     """Bundled tasks by request text, and three picked by what they do."""
-    rows = list(env.tasks or [])
+    rows = [t.row for t in env.tasks or []]
     by_shape = {
         "send": next(t for t in rows if [c["name"] for c in t["solution"]] ==
                      ["company_directory_find_email_address", SEND]),
@@ -68,7 +68,7 @@ def tasks(env: WorkplaceEnv) -> dict[str, dict[str, Any]]:
 
 async def play(env: WorkplaceEnv, task: dict[str, Any], texts: list[str | Completion]) -> tuple[Episode, Reward, list]:
     """Play ``texts`` as the model's turns (stopping when the episode ends); its reward and tool messages."""
-    episode = await env.astart(task)
+    episode = await env.astart(env.load(task))
     observations: list = []
     try:
         for text in texts:
@@ -139,7 +139,7 @@ def test_the_whole_run_goes_on_through_bad_turns(env, tasks):
     episodes = [e for g in groups for e in g.episodes]
     assert len(episodes) == 12 and all(e.error is None and not e.reward.masked for e in episodes)
     for group in groups:  # nothing was written: a question is answered, a task that writes is not done
-        assert group.rewards == [0.0 if group.task["ground_truth"] else 1.0] * 4
+        assert group.rewards == [0.0 if group.row["ground_truth"] else 1.0] * 4
 
 
 # ----- size: huge arguments, huge replies, calls over thousands of rows ----------------------------
@@ -279,7 +279,7 @@ def test_two_concurrent_episodes_of_one_task_share_no_state(env, tasks):
     fetch = call_text("email_get_email_information_by_id", email_id=email_id, field="subject")
 
     async def both() -> tuple[tuple[Episode, Reward, list], tuple[Episode, Reward, list]]:
-        first, second = await env.astart(task), await env.astart(task)
+        first, second = await env.astart(env.load(task)), await env.astart(env.load(task))
         seen = []
         for text in solution_texts(task):  # the first deletes; the second looks the email up in between
             await env.aadvance(first, text)
@@ -302,7 +302,7 @@ def test_scoring_a_released_episode_is_masked_with_its_reason(env, tasks):
     task = tasks["send"]
 
     async def released() -> Reward:
-        episode = await env.astart(task)
+        episode = await env.astart(env.load(task))
         for text in [*solution_texts(task), ANSWER]:
             await env.aadvance(episode, text)
         await env.aend(episode)  # a caller that releases before scoring: the state is gone

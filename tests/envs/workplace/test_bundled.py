@@ -66,7 +66,7 @@ def scripted_policy(scripts: dict[str, list[Call]], finals: dict[str, str]) -> S
 
 @pytest.fixture(scope="module")
 def tasks(env: WorkplaceEnv) -> list[dict[str, Any]]:
-    return list(env.tasks or [])
+    return [t.row for t in env.tasks or []]
 
 
 def play(env: WorkplaceEnv, scripts: dict[str, list[Call]], tasks: list[dict[str, Any]],
@@ -78,7 +78,7 @@ def play(env: WorkplaceEnv, scripts: dict[str, list[Call]], tasks: list[dict[str
     async def run() -> dict[Any, Reward]:
         async with RolloutRunner(scripted_policy(scripts, finals), envs={ENV_ID: env}) as runner:
             groups = await runner.arun([(ENV_ID, task) for task in tasks])
-        return {group.task["id"]: group.episodes[0].reward for group in groups}
+        return {group.row["id"]: group.episodes[0].reward for group in groups}
 
     return asyncio.run(run())
 
@@ -120,7 +120,7 @@ def test_the_mix_of_tasks(tasks):
 def test_the_env_runs_with_no_argument():
     env = cascade_envs.make(ENV_ID) if ENV_ID in cascade_envs.env_specs() else WorkplaceEnv()
     try:
-        by_id = {str(task["id"]): task for task in env.tasks or []}
+        by_id = {str(task["id"]): task for task in (t.row for t in env.tasks or [])}
         assert len(by_id) == len(list(read_rows(DATA / "tasks.jsonl")))  # the bundled tasks by default
         messages, info = env.reset(seed=3)
         assert "<tools>" in messages[0]["content"] and "2025-11-13" in messages[0]["content"]
@@ -170,7 +170,7 @@ def test_every_write_uses_what_the_agent_could_see(env, tasks):
     """Ids and addresses in a write come from the request or an earlier tool result: no hidden knowledge."""
 
     async def check(task: dict[str, Any]) -> list[str]:
-        episode = await env.astart(task)
+        episode = await env.astart(env.load(task))
         seen, unseen = user_request(task), []
         try:
             for call in calls(task["solution"]):

@@ -125,7 +125,7 @@ def test_rollout_outputs_and_reward_agree(env, rollout):
            "ground_truth": _ground_truth(params["input"][-1]["content"])}
 
     async def play():
-        episode = await env.astart(row)
+        episode = await env.astart(env.load(row))
         for calls, outputs in _turns(rollout["response"]["output"]):
             turn = await env.aadvance(episode, _reply(calls))
             assert [m["name"] for m in turn.observation] == [c["name"] for c in calls]

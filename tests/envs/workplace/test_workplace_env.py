@@ -61,7 +61,7 @@ def play(env: WorkplaceEnv, row: dict, *replies: str | Completion):
     """Play ``replies`` as the model's turns; return the reward, the episode and the tool messages."""
 
     async def run():
-        episode = await env.astart(row)
+        episode = await env.astart(env.load(row))
         observed = []
         for reply in replies:
             if episode.done:
@@ -258,7 +258,7 @@ def test_two_concurrent_episodes_of_one_task_share_no_state(env, rows):
     row = rows[3]
 
     async def run():
-        right, wrong = await env.astart(row), await env.astart(row)
+        right, wrong = await env.astart(env.load(row)), await env.astart(env.load(row))
         await asyncio.gather(env.aadvance(right, solution(row)), env.aadvance(wrong, call(
             "customer_relationship_manager_delete_customer", customer_id="00000014")))
         await asyncio.gather(env.aadvance(right, "Done."), env.aadvance(wrong, "Done."))
@@ -278,12 +278,12 @@ def test_two_concurrent_episodes_of_one_task_share_no_state(env, rows):
 
 
 def test_rows_are_read_unchanged_and_announce_their_tools(env, rows):
-    assert list(env.tasks) == rows
-    system = env.prompt(rows[0])[0]["content"]
+    assert [t.row for t in env.tasks] == rows
+    system = env.prompt(env.load_task(rows[0]))[0]["content"]
     assert system.startswith("Today's date is Thursday, 2023-11-30") and system.count('"type": "function"') == 27
     bare = {k: v for k, v in rows[0].items() if k != "responses_create_params"}
     bare["responses_create_params"] = {"input": rows[0]["responses_create_params"]["input"]}
-    ours = env.prompt(bare)[0]["content"]
+    ours = env.prompt(env.load_task(bare))[0]["content"]
     assert ours.count('"type": "function"') == 27 and "Send an email." in ours  # our own descriptions
     assert play(env, bare, solution(rows[0]), "Done.")[0].value == 1.0
 
@@ -317,7 +317,7 @@ def test_a_ground_truth_that_fails_on_the_tables_rejects_the_row_at_load(rows, t
                                         r"\(calendar_update_event\) fails on the tables in .*: Invalid field"):
         WorkplaceEnv(tasks=str(path), tables=TABLES)
     kept = WorkplaceEnv(tasks=str(path), tables=TABLES, on_bad_rows="skip")
-    assert list(kept.tasks) == [rows[0]] and kept.tasks.skipped == 1
+    assert [t.row for t in kept.tasks] == [rows[0]] and kept.tasks.skipped == 1
 
 
 def test_constructor_arguments():

@@ -1,7 +1,6 @@
-"""An in-process judge for agentless tests, ``ScriptedJudge(reference_verdict)``: 10 when the candidate
-changes exactly the reference's lines, else 0.
-
-It reads the judge prompt the env writes, so it also checks that the prompt carries both patches.
+"""``cascade/AgentlessRepair-v0``'s conformance case (``cascade_envs.testing.check_env``) and its in-process
+judge: 10 when the candidate changes exactly the reference's lines, else 0. It reads the judge prompt
+the env writes, so it also checks that the prompt carries both patches.
 """
 
 from __future__ import annotations
@@ -9,6 +8,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from cascade_envs.data import read_rows
+from cascade_envs.testing import Case, ScriptedJudge
+
+ROW = next(row for _, row in read_rows("bundled:agentless/samples.jsonl"))
 FIX = """<think>Reserving all available units must work: the comparison is off by one.</think>
 ```python
 ### warehouse/stock.py
@@ -35,3 +38,13 @@ def reference_verdict(messages: list[dict[str, Any]]) -> str:
         return "I cannot find the patches."
     same = changed_lines(reference.group(1)) == changed_lines(candidate.group(1))
     return f"The candidate {'matches' if same else 'differs from'} the reference.\nSCORE: {10 if same else 0}"
+
+
+CASE = Case(
+    good_row=ROW,
+    good_answer=FIX,
+    bad_answer=WRONG_FIX,
+    bad_rows=[({**ROW, "gold_files": []}, "gold_files"), ({**ROW, "patch": "nonsense"}, "patch")],
+    env_kwargs={"judge_url": ScriptedJudge(reference_verdict)},
+    other_kwargs={"top_k": 0},
+)

@@ -1,7 +1,7 @@
-"""Start-of-episode work done once: each row read once (bounded cache), each tools section rendered once.
+"""Start-of-episode work done once: each row read when its env loads it, each tools section rendered once.
 
-The cached paths must give exactly what the uncached ones give (the kernel's ``Env.prompt`` and
-``with_tools``), hand out fresh messages, notice a row whose field was replaced, and stay bounded.
+The cached prompts must be exactly what the kernel's ``Env.prompt`` and ``with_tools`` give, and
+be handed out fresh.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 
-from cascade_envs import Env
+from cascade_envs import Env, Prompt
 from cascade_envs.data import prompt_messages
 from cascade_envs.envs.workplace import env as env_module
 from cascade_envs.envs.workplace import task as task_module
 from cascade_envs.envs.workplace.env import WorkplaceEnv, bundled_tables
-from cascade_envs.envs.workplace.task import RowCache, read_task
 from cascade_envs.tools import with_tools
 
 TABLES = bundled_tables()
@@ -26,7 +25,7 @@ TABLES = bundled_tables()
 
 @pytest.fixture(scope="module")
 def rows(env: WorkplaceEnv) -> list[dict[str, Any]]:
-    return list(env.tasks or [])
+    return [loaded.row for loaded in env.tasks or []]
 
 
 def counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
@@ -44,7 +43,7 @@ def counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[in
 
 def start_and_end(env: WorkplaceEnv, row: dict[str, Any]) -> list[dict[str, Any]]:
     async def run() -> list[dict[str, Any]]:
-        episode = await env.astart(row)
+        episode = await env.astart(env.load(row))
         await env.aend(episode)
         return episode.messages
 
@@ -59,13 +58,17 @@ def with_own_specs(env: WorkplaceEnv, row: dict[str, Any], names: list[str]) -> 
 
 # ----- prompts ------------------------------------------------------------------------------------
 
+def prompt(env: WorkplaceEnv, row: dict[str, Any]) -> list[dict[str, Any]]:
+    return env.prompt(env.load_task(row))
+
+
 def test_the_prompt_is_what_the_uncached_path_gives(env, rows):
     row = rows[0]
-    assert env.prompt(row) == with_tools(prompt_messages(row), env.toolbox.specs())
+    assert prompt(env, row) == with_tools(prompt_messages(row), env.toolbox.specs())
     names = sorted({c["name"] for c in row["solution"]})
     own = with_own_specs(env, row, names)
-    assert env.prompt(own) == Env.prompt(env, own)  # the row's own specs, as the kernel renders them
-    assert env.prompt(own) != env.prompt(row) and all(name in env.prompt(own)[0]["content"] for name in names)
+    assert prompt(env, own) == Env.prompt(env, Prompt.of(own))  # the row's own specs, as the kernel renders them
+    assert prompt(env, own) != prompt(env, row) and all(name in prompt(env, own)[0]["content"] for name in names)
 
 
 def test_the_system_prompt_option_comes_first_as_in_the_kernel(rows):
@@ -74,8 +77,8 @@ def test_the_system_prompt_option_comes_first_as_in_the_kernel(rows):
                                     f"{rows[0]['responses_create_params']['input'][1]['content']}"}]}}
     made = WorkplaceEnv([user_only], tables=TABLES, system_prompt="You are Morgan's assistant.")
     try:
-        messages = made.prompt(user_only)
-        assert messages == with_tools(Env.prompt(made, user_only), made.toolbox.specs())
+        messages = prompt(made, user_only)
+        assert messages == with_tools(Env.prompt(made, Prompt.of(user_only)), made.toolbox.specs())
         assert messages[0]["content"].startswith("You are Morgan's assistant.\n\n# Tools")
     finally:
         made.close()
@@ -99,18 +102,16 @@ def test_each_tools_section_is_rendered_once_and_handed_out_fresh(env, rows, mon
 
 # ----- rows ---------------------------------------------------------------------------------------
 
-def test_a_row_is_read_once_per_episode_start_and_again_when_a_field_is_replaced(env, rows, monkeypatch):
+def test_a_row_is_read_once_when_it_loads_never_per_episode(env, rows, monkeypatch):
     reads = counting(monkeypatch, env_module, "read_task")
-    row = dict(next(r for r in rows if "expected_answer" in r))
-    start_and_end(env, row)
-    start_and_end(env, row)
-    assert reads[0] == 1  # astart's load_task, prompt and on_reset, twice: one read
-    row["expected_answer"] = "a different answer"
+    row = {**next(r for r in rows if "expected_answer" in r), "expected_answer": "a different answer"}
+    loaded = env.load(row)
+    assert reads[0] == 1
     solution = [f"<tool_call>{json.dumps({'name': c['name'], 'arguments': json.loads(c['arguments'])})}</tool_call>"
                 for c in row["solution"]]
 
     async def answered(reply: str) -> float:
-        episode = await env.astart(row)
+        episode = await env.astart(loaded)
         for text in [*solution, reply]:
             await env.aadvance(episode, text)
         (reward,) = await env.ascore_episodes([episode])
@@ -118,15 +119,5 @@ def test_a_row_is_read_once_per_episode_start_and_again_when_a_field_is_replaced
         return reward.value
 
     assert asyncio.run(answered("It is a different answer.")) == 1.0
-    assert reads[0] == 2
-
-
-def test_the_row_cache_is_bounded_and_forgets_the_oldest(env, rows):
-    cache = RowCache(limit=3)
-    read = read_task(rows[0], env.tools)
-    for row in rows[:5]:
-        cache.put(row, read)
-    assert len(cache) == 3
-    assert cache.get(rows[0]) is None and cache.get(rows[1]) is None and cache.get(rows[4]) is read
-    assert cache.get(dict(rows[4])) is None  # an equal row, but another object
-    assert len(env.rows) <= env.rows.limit
+    assert asyncio.run(answered("I do not know.")) == 0.0
+    assert reads[0] == 1  # two episodes (start, prompt, workplace, scoring): no read
