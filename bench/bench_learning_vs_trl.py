@@ -63,7 +63,7 @@ def prompt_order(mix_envs: dict[str, Any], n: int) -> list[tuple[str, dict]]:
     try:
         return mix.sample(n)
     finally:
-        asyncio.run(mix.aclose())
+        asyncio.run(mix.envs.aclose())
 
 
 def score_completions(env: Any, tasks: Sequence[dict], completions: Sequence[Any]) -> list[float]:

@@ -145,7 +145,7 @@ def episode_problem(episode: EpisodeResult, uses_rewards: bool = True) -> str | 
 class BatchBuilder:
     """Builds the rollout batch of each step; see the module docstring.
 
-    It plays on the mix's env instances (the mix owns them); ``aclose`` closes its runner.
+    It plays on the mix's env instances (``mix.envs``, closed by the trainer).
     """
 
     def __init__(

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..core import CascadeError
 from ..env import run_sync
+from ..env_set import EnvSet
 from ..policy import SamplingParams
 from ..rollout.metrics import MixMetrics
 from ..rollout.runner import GroupResult, RolloutRunner
@@ -94,15 +95,15 @@ def score_env(engine: Any, env_id: str, env_kwargs: dict[str, Any], sampling: Sa
     ``engine``: ``{mean, questions, answers, scored, masked, errors, truncated, mask_reasons, time_s}``;
     masked answers are counted apart, never as 0 (``mean`` is ``None`` when nothing was scored)."""
     start = time.perf_counter()
-    runner = RolloutRunner(engine, sampling=sampling, group_size=group_size, env_kwargs={env_id: env_kwargs},
-                           concurrency=concurrency)
+    envs = EnvSet({env_id: env_kwargs})
     try:
-        tasks = list(runner.env(env_id).tasks or ())[:limit]
+        tasks = list(envs.env(env_id).tasks or ())[:limit]
         if not tasks:
             raise CascadeError(f"{env_id} has no tasks to evaluate; give it a tasks file")
+        runner = RolloutRunner(engine, sampling=sampling, group_size=group_size, envs=envs, concurrency=concurrency)
         groups = runner.run([(env_id, task) for task in tasks])
     finally:
-        runner.close()
+        envs.close()
     return {**_summary(env_id, groups, len(tasks)), "time_s": round(time.perf_counter() - start, 3)}
 
 

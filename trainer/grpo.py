@@ -340,9 +340,8 @@ class GRPOTrainer:
         )
 
     async def aclose(self) -> None:
-        """Close the rollout engine, the runner and the mix's envs (their clients and pools)."""
-        await self.builder.runner.aclose()
-        await self.mix.aclose()
+        """Close the rollout engine and the mix's envs (their clients and pools)."""
+        await self.mix.envs.aclose()
         await self.engine.aclose()
 
     def close(self) -> None:
