@@ -51,7 +51,7 @@ from typing import Any
 from .._extras import require
 from ..core import CascadeError, Completion, Message
 from ..policies.decoding import end_token_ids
-from ..policy import PolicyError, SamplingParams, render_chat_prompt
+from ..policy import ContextOverflowError, PolicyError, SamplingParams, render_chat_prompt
 from .engine import RolloutEngine
 
 log = logging.getLogger("cascade_envs.trainer.vllm")
@@ -170,14 +170,15 @@ class VLLMEngine(RolloutEngine):
         )
 
     def _request(self, messages: list[Message], sampling: SamplingParams, thinking: bool) -> _Request:
-        """Validate and tokenise one request; what is wrong with it raises ``PolicyError`` here."""
+        """Validate and tokenise one request; what is wrong with it raises ``PolicyError`` here (a prompt
+        that does not fit ``max_model_len``: ``ContextOverflowError``, so the runner truncates the episode)."""
         if self._closed:
             raise PolicyError("this VLLMEngine was closed")
         if self._failure:
             raise PolicyError(f"the vLLM engine failed earlier: {self._failure}")
         prompt_ids = self.encode_prompt(messages, thinking)
         if len(prompt_ids) >= self.max_model_len:
-            raise PolicyError(f"the prompt has {len(prompt_ids)} tokens; max_model_len is {self.max_model_len}")
+            raise ContextOverflowError(f"the prompt has {len(prompt_ids)} tokens; max_model_len is {self.max_model_len}")
         return _Request(str(next(self._ids)), prompt_ids, self._params(sampling), concurrent.futures.Future())
 
     def _submit(self, requests: list[_Request]) -> list[concurrent.futures.Future]:
