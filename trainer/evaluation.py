@@ -21,12 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from ..core import CascadeError
+from ..defaults import DEFAULT_CONCURRENCY
 from ..env import run_sync
 from ..env_set import EnvSet
 from ..policy import SamplingParams
 from ..rollout.metrics import MixMetrics
 from ..rollout.runner import GroupResult, RolloutRunner
 from .config import ModelConfig
+from .engine import HFEngine
+from .model import load_model
 
 log = logging.getLogger("cascade_envs.trainer.evaluation")
 
@@ -62,14 +65,11 @@ def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
     after the other (prompt lengths differ by 100x between envs, so batching them together would pad every
     prompt to the longest); ``{env_id: {mean, questions, answers, scored, masked, errors, truncated,
     mask_reasons, time_s, key}}``. An env that cannot be made (e.g. a judged env without a judge) raises."""
-    from .engine import make_engine
-    from .model import load_model
-
     ids = list(settings.envs) if env_ids is None else env_ids
     if not ids:
         return {}
     loaded, tokenizer = load_model(replace(model, path=path))
-    engine = make_engine("hf", loaded.eval(), tokenizer)
+    engine = HFEngine(loaded.eval(), tokenizer)
     kwargs = settings.env_kwargs()
     sampling = SamplingParams(max_tokens=settings.max_tokens, temperature=0.0)
     results: dict[str, dict[str, Any]] = {}
@@ -90,7 +90,7 @@ def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
 
 
 def score_env(engine: Any, env_id: str, env_kwargs: dict[str, Any], sampling: SamplingParams, *,
-              group_size: int = 1, limit: int | None = None, concurrency: int = 64) -> dict[str, Any]:
+              group_size: int = 1, limit: int | None = None, concurrency: int = DEFAULT_CONCURRENCY) -> dict[str, Any]:
     """The first ``limit`` tasks of ``env_id`` (made with ``env_kwargs``) answered ``group_size`` times by
     ``engine``: ``{mean, questions, answers, scored, masked, errors, truncated, mask_reasons, time_s}``;
     masked answers are counted apart, never as 0 (``mean`` is ``None`` when nothing was scored)."""

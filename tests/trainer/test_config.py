@@ -8,7 +8,9 @@ from importlib import resources
 
 import pytest
 
-from cascade_envs.trainer.config import ConfigError, config_from_dict, load_config, parse_override
+from cascade_envs.trainer.checks import config_from_dict, load_config
+from cascade_envs.trainer.config import ConfigError
+from cascade_envs.trainer.typed_yaml import parse_override
 
 
 def test_default_config_loads_and_names_existing_envs():
@@ -70,7 +72,7 @@ def test_unknown_key_suggests_the_right_one():
         ("rollout.group_size=2.5", "expected an integer"),
         ("rollout.group_size=1", "at least 2"),
         ("optim.lr=-1", "optim.lr must be a finite number > 0"),
-        ("rollout.engine=tgi", "'hf' or 'vllm'"),
+        ("rollout.engine=tgi", "rollout.engine must be hf or vllm, got 'tgi'"),
         ("train.steps", "key.sub=value"),
         ("mix.envs={}", "mix.envs is empty"),
         ("optim.betas=[0.9]", "two numbers"),
