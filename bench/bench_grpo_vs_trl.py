@@ -1,4 +1,4 @@
-"""One GRPO step, this trainer vs. TRL's GRPOTrainer, on CPU: time per step and peak memory.
+"""One GRPO step, this trainer vs. TRL's Trainer, on CPU: time per step and peak memory.
 
 Both sides train the same model (a small randomly initialised Llama with SmolLM2's tokenizer by
 default, or ``--model embedded`` for SmolLM2-135M-Instruct itself) on the same prompts, with the
@@ -103,11 +103,11 @@ def register_bench_env() -> dict[str, Any]:
 
 
 def run_ours(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, Any]:
-    from cascade_envs.trainer.grpo import GRPOTrainer
+    from cascade_envs.trainer.loop import Trainer
 
     config = training_config(args, str(model_dir), out, register_bench_env())
     config.rollout.max_oversampling = 1.0  # play exactly the step's prompts, as TRL does (equal work)
-    trainer = GRPOTrainer(config)
+    trainer = Trainer(config)
     times, tokens = [], []
     for _ in range(args.steps):
         start = time.perf_counter()

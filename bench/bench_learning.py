@@ -38,8 +38,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from cascade_envs.trainer.config import config_from_dict
-    from cascade_envs.trainer.grpo import GRPOTrainer
+    from cascade_envs.trainer.checks import config_from_dict
+    from cascade_envs.trainer.loop import Trainer
     from tests.trainer.toys import register_toys, save_tiny
 
     register_toys()
@@ -54,7 +54,7 @@ def main() -> None:
                       "save_every": 10**6, "tensorboard": False, "progress": False, "plot": False, "resume": False},
         })
         start = time.perf_counter()
-        trainer = GRPOTrainer(config)
+        trainer = Trainer(config)
         rewards = []
         for step in range(1, args.steps + 1):
             metrics = trainer.train_step()

@@ -39,7 +39,7 @@ DATA = Path(__file__).resolve().parents[1] / "envs" / "instruction_following" / 
 
 def training_config(args: argparse.Namespace, model_dir: str, out: Path, mix_envs: dict[str, Any]) -> Any:
     """This trainer's config for a strictly on-policy run: P prompts x G samples, no filtering."""
-    from cascade_envs.trainer.config import config_from_dict
+    from cascade_envs.trainer.checks import config_from_dict
 
     batch = args.prompts * args.group
     return config_from_dict({
@@ -63,7 +63,7 @@ def prompt_order(mix_envs: dict[str, Any], n: int) -> list[tuple[str, dict]]:
     try:
         return [(env_id, loaded.row) for env_id, loaded in mix.sample(n)]
     finally:
-        asyncio.run(mix.aclose())
+        asyncio.run(mix.envs.aclose())
 
 
 def score_completions(env: Any, tasks: Sequence[dict], completions: Sequence[Any]) -> list[float]:
@@ -171,9 +171,9 @@ def heldout_score(model: Any, tokenizer: Any, args: argparse.Namespace) -> float
 
 
 def run_ours(args: argparse.Namespace, model_dir: str, out: Path) -> dict[str, Any]:
-    from cascade_envs.trainer.grpo import GRPOTrainer
+    from cascade_envs.trainer.loop import Trainer
 
-    trainer = GRPOTrainer(training_config(args, model_dir, out, mix_envs(args)))
+    trainer = Trainer(training_config(args, model_dir, out, mix_envs(args)))
     curve: list[tuple[float, float, float]] = []  # (elapsed s, mean reward, generated tokens)
     start = time.perf_counter()
     for _ in range(args.steps):

@@ -5,7 +5,7 @@ the HF engine) is trained on by two trainers built from the same checkpoint: GRP
 with that same checkpoint as the teacher of the env (SmolLM2-135M-Instruct, the embedded model, by
 default; ``--model tiny`` for a small random Llama with its tokenizer). What is timed is the
 optimisation part of a step, which is where the two differ: GRPO's forward/backward; MOPD's
-teacher forward pass over the batch (``TeacherPool.score``) plus the same forward/backward.
+teacher forward pass over the batch (the ``teacher`` log-prob source) plus the same forward/backward.
 Generation and scoring are the same for both and are not timed. The two alternate ``--repeats``
 times after one untimed warm-up each; the fastest of each side counts. Run it under
 ``flock /tmp/cpu.lock`` on a shared machine.
@@ -46,17 +46,17 @@ def main() -> None:
 
     import torch
 
-    from cascade_envs.trainer.grpo import GRPOTrainer
+    from cascade_envs.trainer.loop import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model_dir = build_model(args.model, root / "model")
         mix = register_bench_env()
-        grpo = GRPOTrainer(training_config(args, str(model_dir), root / "grpo", mix))
+        grpo = Trainer(training_config(args, str(model_dir), root / "grpo", mix))
         config = training_config(args, str(model_dir), root / "mopd", mix)
         config.algorithm = "mopd"
         config.mopd.teachers = {"bench/Reward-v0": str(model_dir)}
-        mopd = GRPOTrainer(config)
+        mopd = Trainer(config)
         batch = grpo.builder.build()  # generated once: both train on these sequences
         tokens = sum(s.trained_tokens for s in batch.sequences)
         times: dict[str, list[float]] = {"grpo": [], "mopd": []}

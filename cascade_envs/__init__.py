@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "EnvMix": ("cascade_envs.mix", "EnvMix"),
+    "EnvSet": ("cascade_envs.env_set", "EnvSet"),
     "run_rollouts": ("cascade_envs.rollout.runner", "run_rollouts"),
 }
 
@@ -29,6 +30,7 @@ __all__ = [
     "DataError",
     "Env",
     "EnvMix",
+    "EnvSet",
     "Episode",
     "Loaded",
     "Message",

@@ -137,8 +137,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         try:
             return await runner.arun(items)
         finally:
-            await runner.aclose()
-            await mix.aclose()
+            await mix.envs.aclose()
             await policy.aclose()
 
     started = time.perf_counter()

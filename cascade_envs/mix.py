@@ -1,4 +1,4 @@
-"""``EnvMix``: seeded, weighted sampling of tasks over several environments, and per-env metrics.
+"""``EnvMix``: seeded, weighted sampling of tasks over several environments.
 
 The mix format (``eval --mix FILE.yaml``, a run config's ``mix.envs``) is read by one parser,
 ``parse_mix``: ``{ENV_ID: WEIGHT}`` or ``{ENV_ID: {weight: W, kwargs: {...}}}``.
@@ -6,7 +6,6 @@ The mix format (``eval --mix FILE.yaml``, a run config's ``mix.envs``) is read b
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import logging
 import math
@@ -19,8 +18,8 @@ import numpy as np
 
 from .core import CascadeError
 from .data import Loaded
-from .env import Env
-from .registry import ENV_ID_RE, make
+from .env_set import EnvSet
+from .registry import ENV_ID_RE
 
 log = logging.getLogger("cascade_envs.mix")
 
@@ -123,7 +122,8 @@ class EnvMix:
     """Weighted sampling over env ids.
 
     Each env's tasks are drawn without replacement in a seeded shuffled order (a new shuffle per
-    pass), so a mix visits every task of an env before repeating one.
+    pass), so a mix visits every task of an env before repeating one. The instances are made up
+    front in ``envs``, an ``EnvSet`` that owns them: close it when the run ends (the mix only samples).
     """
 
     def __init__(
@@ -137,13 +137,11 @@ class EnvMix:
             ids = list(weights)
             weights = {env_id: 1.0 / max(len(ids), 1) for env_id in ids}
         self.weights = normalise_weights(weights)
-        self.env_kwargs = {k: dict(v) for k, v in (env_kwargs or {}).items()}
-        self.envs: dict[str, Env] = {}
+        self.envs = EnvSet(env_kwargs)
         for env_id in self.weights:
-            env = make(env_id, **self.env_kwargs.get(env_id, {}))
-            if getattr(env, "tasks", None) is None or len(env.tasks) == 0:
+            env = self.envs.env(env_id)
+            if env.tasks is None or len(env.tasks) == 0:
                 raise CascadeError(f"{env_id} has no tasks: give it tasks= in the mix's env kwargs")
-            self.envs[env_id] = env
         self._rng = np.random.default_rng(seed)
         self._orders: dict[str, list[int]] = {env_id: [] for env_id in self.weights}
 
@@ -173,24 +171,6 @@ class EnvMix:
             assert env.tasks is not None
             items += [(env_id, task) for task in list(env.tasks)[:limit]]
         return items
-
-    async def aclose(self) -> None:
-        """Close every env of the mix (their clients, pools and sandboxes); sampling ends here."""
-        envs, self.envs = self.envs, {}
-        for env in envs.values():
-            with contextlib.suppress(Exception):
-                await env.aclose()
-
-    def close(self) -> None:
-        from .env import run_sync
-
-        run_sync(self.aclose())
-
-    async def __aenter__(self) -> EnvMix:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
 
     def state_dict(self) -> dict[str, Any]:
         """Sampler state, for checkpoint/resume."""

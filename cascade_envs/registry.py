@@ -1,12 +1,12 @@
-"""Registries of environments, sandboxes, judges and tool parsers, filled through plugin hooks.
+"""Registries of environments, sandboxes, judges, loss strategies and tool parsers, filled through plugin hooks.
 
-One mechanism serves every kind: a ``Registry`` maps ids to values; env, sandbox and judge
-registries hold ``Spec`` objects (an ``entry_point`` imported only when the thing is made). The
+One mechanism serves every kind: a ``Registry`` maps ids to values; env, sandbox, judge and loss
+strategy registries hold ``Spec`` objects (an ``entry_point`` imported only when the thing is made). The
 env registry is mirrored into gymnasium's, so ``gymnasium.make("cascade/MCQA-v0")`` works once
 the registry has loaded (any ``cascade_envs.make``/``spec``/``env_specs`` call, or
 ``import cascade_envs.gym``).
 
-This module knows nothing of plugins: the env, sandbox and judge registries are filled by a loader
+This module knows nothing of plugins: the registries of ``PLUGIN_REGISTRIES`` are filled by a loader
 injected with ``set_plugin_loader`` (``cascade_envs/__init__.py`` installs the plugin manager's, which
 is imported on first access only).
 """
@@ -155,12 +155,14 @@ class Registry(Generic[T]):
 envs: Registry[Spec] = Registry("environment")
 sandboxes: Registry[Spec] = Registry("sandbox backend")
 judges: Registry[Spec] = Registry("judge")
-PLUGIN_REGISTRIES: tuple[Registry[Spec], ...] = (envs, sandboxes, judges)
-"""The registries that plugin hooks fill; one loader fills all three."""
+loss_strategies: Registry[Spec] = Registry("loss strategy")
+"""The trainer's loss strategies (``algorithm:`` in a run config; ``cascade_envs.trainer.strategies``)."""
+PLUGIN_REGISTRIES: tuple[Registry[Spec], ...] = (envs, sandboxes, judges, loss_strategies)
+"""The registries that plugin hooks fill; one loader fills them all."""
 
 
 def set_plugin_loader(loader: Callable[[], None] | None, note: Callable[[], str] | None = None) -> None:
-    """Install the loader that fills the env, sandbox and judge registries on first access."""
+    """Install the loader that fills the plugin registries on first access."""
     for target in PLUGIN_REGISTRIES:
         target.set_loader(loader, note=note)
 

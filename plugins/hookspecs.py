@@ -7,8 +7,7 @@ once, at discovery, never on the rollout path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import pluggy
 
@@ -16,7 +15,12 @@ PROJECT = "cascade_envs"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-Register = Callable[..., None]
+
+class Register(Protocol):
+    """What each hook receives: ``register(id, entry_point, **defaults)`` stages one registration, which
+    the plugin manager keeps only if every hook of the plugin succeeds."""
+
+    def __call__(self, id: str, entry_point: str, **defaults: Any) -> None: ...
 
 
 @hookspec
@@ -32,3 +36,10 @@ def cascade_envs_register_sandboxes(register: Register) -> Any:
 @hookspec
 def cascade_envs_register_judges(register: Register) -> Any:
     """Register judges: ``register("acme/strict-judge", entry_point="acme.judge:Judge")``."""
+
+
+@hookspec
+def cascade_envs_register_loss_strategies(register: Register) -> Any:
+    """Register trainer loss strategies, named by ``algorithm:`` in a run config:
+    ``register("acme/reinforce", entry_point="acme.loss:Reinforce")``, where the entry point is a
+    ``cascade_envs.trainer.strategies.LossStrategy`` subclass (built with the ``optim`` and ``mopd`` sections)."""

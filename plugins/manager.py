@@ -21,14 +21,14 @@ from typing import Any
 
 import pluggy
 
-from ..registry import Registry, Spec, check_env_id, envs, judges, sandboxes, sync_gymnasium
+from ..registry import Registry, Spec, check_env_id, envs, judges, loss_strategies, sandboxes, sync_gymnasium
 from . import hookspecs
 
 log = logging.getLogger("cascade_envs.plugins")
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 DISABLE_ENV = "CASCADE_ENVS_DISABLE_PLUGIN_AUTOLOAD"
-BUILTIN_PLUGINS = ("cascade_envs.envs", "cascade_envs.sandbox.plugin")
+BUILTIN_PLUGINS = ("cascade_envs.envs", "cascade_envs.sandbox.plugin", "cascade_envs.trainer.plugin")
 """Modules of this distribution that implement hooks, registered exactly like third-party ones."""
 
 
@@ -54,6 +54,7 @@ _HOOKS: tuple[tuple[str, Registry[Spec]], ...] = (
     ("cascade_envs_register_envs", envs),
     ("cascade_envs_register_sandboxes", sandboxes),
     ("cascade_envs_register_judges", judges),
+    ("cascade_envs_register_loss_strategies", loss_strategies),
 )
 
 
@@ -107,7 +108,7 @@ def _discover(pm: pluggy.PluginManager) -> dict[str, PluginInfo]:
     return infos
 
 
-def _stager(target: Registry[Spec], info: PluginInfo, staged: list[Spec]):
+def _stager(target: Registry[Spec], info: PluginInfo, staged: list[Spec]) -> hookspecs.Register:
     """The ``register`` callable handed to one plugin's hook: it stages specs for ``target``."""
 
     def register(id: str, entry_point: str, **kwargs: Any) -> None:
@@ -129,7 +130,7 @@ def _run_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
     staged: dict[str, list[tuple[Registry[Spec], Spec]]] = {name: [] for name in infos}
     failed: set[str] = set()
     for hook_name, target in _HOOKS:
-        target.mark_loaded()  # the first access of any of them loads all three
+        target.mark_loaded()  # the first access of any of them loads them all
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             name = impl.plugin_name
             if name in failed:
@@ -155,7 +156,7 @@ def _run_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
 
 
 def load_plugins() -> None:
-    """Run discovery and fill the env, sandbox and judge registries (called lazily, once)."""
+    """Run discovery and fill the plugin registries (called lazily, once)."""
     _failures.clear()
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)

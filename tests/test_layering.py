@@ -1,10 +1,12 @@
-"""Layering: every module imports on its own, and module-level first-party imports form no cycle.
+"""Layering: every module imports on its own, and first-party imports form no cycle.
 
 The first check imports each module of the package (``cascade_envs`` and the mapped subpackages
 ``envs``, ``plugins``, ``trainer``) with every ``cascade_envs`` entry cleared from ``sys.modules``
 first, in a few fresh interpreters side by side; a module whose optional extra (vllm, ...) is not
-installed is skipped. The second reads the sources with ``ast``: the graph of imports that run at
-import time (not inside functions, not under ``if TYPE_CHECKING:``) must have no cycle.
+installed is skipped. The others read the sources with ``ast``: the graph of imports that run at
+import time (not inside functions, not under ``if TYPE_CHECKING:``) must have no cycle, and neither
+may the graph of every import, those inside functions and under ``TYPE_CHECKING`` included (a
+function-level import that closes a circle only hides it from the interpreter).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ PACKAGE = "cascade_envs"
 SKIP = {"cascade_envs.__main__"}
 """Modules that run a program when imported."""
 KNOWN_CYCLES: set[frozenset[str]] = set()
-"""Module pairs whose mutual import is allowed for now (none)."""
+"""Module pairs whose mutual import is allowed for now: none."""
 
 
 def package_dirs() -> dict[str, Path]:
@@ -131,13 +133,22 @@ def _import_time_nodes(body: list[ast.stmt]) -> Iterator[ast.Import | ast.Import
                     yield from _import_time_nodes(child.body)
 
 
-def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """``module -> first-party modules it imports at import time`` (with their non-ancestor packages)."""
+def _every_node(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, wherever it is (functions and ``TYPE_CHECKING`` blocks included)."""
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
+def import_graph(modules: dict[str, Path], *, every: bool = False) -> dict[str, set[str]]:
+    """``module -> first-party modules it imports at import time`` (with their non-ancestor packages);
+    ``every``: the modules it imports anywhere, inside functions and under ``TYPE_CHECKING`` too."""
     graph: dict[str, set[str]] = {}
+    nodes = _every_node if every else _import_time_nodes
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         targets: set[str] = set()
-        for node in _import_time_nodes(ast.parse(path.read_text(encoding="utf-8")).body):
+        for node in nodes(ast.parse(path.read_text(encoding="utf-8")).body):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
                 continue
@@ -227,6 +238,12 @@ def test_module_level_imports_have_no_cycle() -> None:
     assert not cycles, "first-party import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+def test_no_cycle_even_through_imports_inside_functions() -> None:
+    cycles = find_cycles(import_graph(module_files(), every=True))
+    assert not cycles, "first-party import cycles (function-level and TYPE_CHECKING imports counted):\n" + "\n".join(
+        " -> ".join(c) for c in cycles)
+
+
 def test_the_kernel_sandbox_layer_imports_no_env() -> None:
     graph = import_graph(module_files())
     for name, targets in graph.items():
@@ -274,3 +291,5 @@ def test_the_graph_reads_what_runs_at_import(tmp_path: Path) -> None:
     assert graph["pkg.sub.b"] == {"pkg.a", "pkg.c", "pkg.sub.e"}
     assert graph["pkg.mapped"] == {"pkg.sub", "pkg.sub.b"}
     assert find_cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
+    every = import_graph(modules, every=True)
+    assert every["pkg.sub.b"] == {"pkg.a", "pkg.c", "pkg.d", "pkg.sub.e"}  # later()'s and TYPE_CHECKING's too

@@ -70,7 +70,7 @@ def solution_policy(tasks: list[Loaded]) -> ScriptedPolicy:
 
 
 def close(mix: EnvMix) -> None:
-    mix.close()
+    mix.envs.close()
 
 
 @pytest.mark.slow
@@ -229,7 +229,7 @@ def test_without_ray_config_ray_is_never_imported(tmp_path):
         mix = attach_ray(EnvMix([{MATH!r}]), None)
         groups = run_rollouts(ScriptedPolicy(["\\\\boxed{{2}}"]), mix.sample(2), envs=mix.envs)
         assert len(groups) == 2, groups
-        mix.close()
+        mix.envs.close()
         print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)

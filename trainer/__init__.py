@@ -1,10 +1,13 @@
-"""GRPO/MOPD trainer over any env mix (extra ``train``; ``vllm`` for the vLLM engine).
+"""The trainer: any loss strategy over any env mix (extra ``train``; ``vllm`` for the vLLM engine).
 
-Modules: ``losses`` (group advantages, GRPO and MOPD losses), ``strategies`` (loss strategies by
-name: ``grpo``, ``mopd``), ``config`` (typed YAML config), ``engine`` (rollout engines), ``batch``
-(rollouts -> training batch with dynamic filtering), ``model`` (loading, micro-batched log-probs),
-``teachers`` (MOPD domain teachers scoring sampled tokens), ``grpo`` (the loop), ``checkpoint``,
-``metrics``, ``cli`` (``cascade-envs train``). Importing this package imports nothing heavy.
+Modules: ``config`` (the config types, one per section), ``typed_yaml`` (the YAML loader), ``checks``
+(``load_config`` and validation), ``strategies`` (loss strategies by name: ``grpo``, ``mopd``, or a
+plugin's), ``advantages`` (advantage estimators by name), ``losses`` (the loss functions),
+``sources`` (log-prob sources: reference, inference, teacher), ``teachers`` (MOPD teacher rules and
+loading), ``engine`` (rollout engines), ``batch`` (rollouts -> training batch with dynamic filtering),
+``sequence``, ``model`` (loading, micro-batched log-probs), ``loop`` (the ``Trainer``), ``run``,
+``checkpoint``, ``metrics``, ``cascade``/``cascade_run`` (pipelines), ``evaluation``, ``cli``
+(``cascade-envs train``). Importing this package imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -12,16 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 _LAZY = {
-    "GRPOTrainer": ("cascade_envs.trainer.grpo", "GRPOTrainer"),
-    "TrainingError": ("cascade_envs.trainer.grpo", "TrainingError"),
+    "Trainer": ("cascade_envs.trainer.loop", "Trainer"),
+    "TrainingError": ("cascade_envs.trainer.loop", "TrainingError"),
     "Config": ("cascade_envs.trainer.config", "Config"),
-    "load_config": ("cascade_envs.trainer.config", "load_config"),
+    "load_config": ("cascade_envs.trainer.checks", "load_config"),
     "RolloutEngine": ("cascade_envs.trainer.engine", "RolloutEngine"),
     "HFEngine": ("cascade_envs.trainer.engine", "HFEngine"),
+    "LossStrategy": ("cascade_envs.trainer.strategies", "LossStrategy"),
+    "register_loss_strategy": ("cascade_envs.trainer.strategies", "register_loss_strategy"),
+    "LogprobSource": ("cascade_envs.trainer.sources", "LogprobSource"),
     "group_advantages": ("cascade_envs.trainer.losses", "group_advantages"),
     "grpo_loss": ("cascade_envs.trainer.losses", "grpo_loss"),
     "mopd_loss": ("cascade_envs.trainer.losses", "mopd_loss"),
-    "TeacherPool": ("cascade_envs.trainer.teachers", "TeacherPool"),
 }
 
 __all__ = sorted(_LAZY)

@@ -5,10 +5,10 @@ One call of ``BatchBuilder.build`` produces the training batch of one step:
 1. draw prompts from the mix and play each ``group_size`` times with the rollout engine (the
    runner scores each group through the env's scoring path, overlong rule included);
 2. drop masked samples (a failed episode, a trajectory without token ids, and a verifier error
-   when the strategy's loss uses rewards: MOPD trains on masked-reward samples);
-3. ask the loss strategy for each group's advantages: it may leave a group out (GRPO's dynamic
-   filtering drops groups whose rewards are all equal, ``rollout.mask_groups_below`` groups where
-   no rollout scores above a threshold), and then fresh prompts are drawn, until
+   when the advantage estimator reads rewards: MOPD trains on masked-reward samples);
+3. ask the advantage estimator (``advantages.py``) for each group's verdict: it may leave a group
+   out (GRPO's dynamic filtering skips groups whose rewards are all equal, ``rollout.mask_groups_below``
+   groups where no rollout scores above a threshold), and then fresh prompts are drawn, until
    the batch holds ``prompts_per_step`` groups or ``max_rounds`` rounds are spent;
    each round oversamples: it plays as many prompts as fill the shortfall at the keep rate seen so
    far (``KeepRate``, at most ``max_oversampling`` times the shortfall), so a step rarely needs a
@@ -26,40 +26,17 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..mix import EnvMix
 from ..policy import Policy, SamplingParams
 from ..rollout.runner import EpisodeResult, GroupResult, RolloutRunner
-from .strategies import BELOW_THRESHOLD, FILTERED, LossStrategy
+from .advantages import AdvantageEstimator, Skip
+from .config import RolloutConfig
+from .sequence import TrainSequence
 
 log = logging.getLogger("cascade_envs.trainer")
-
-
-@dataclass
-class TrainSequence:
-    """One trained sequence: a prompt, the response tokens with their loss mask, and the advantage."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    advantage: float
-    env_id: str
-    logprobs: list[float] | None = None
-    """Log-probabilities the inference engine gave the response tokens (0 where ``loss_mask`` is 0)."""
-    loss_mask: list[int] | None = None
-    """1 on tokens the policy sampled, 0 on env/template tokens; ``None`` means all 1."""
-    teacher_logprobs: list[float] | None = None
-    """The domain teacher's log-probabilities of the response tokens (``TeacherPool.score``; MOPD)."""
-    teacher_top1: list[bool] | None = None
-    """Whether each response token is the teacher's most likely token."""
-
-    def __post_init__(self) -> None:
-        if self.loss_mask is None:
-            self.loss_mask = [1] * len(self.response_ids)
-
-    @property
-    def trained_tokens(self) -> int:
-        return sum(self.loss_mask or ())
 
 
 @dataclass
@@ -143,36 +120,24 @@ def episode_problem(episode: EpisodeResult, uses_rewards: bool = True) -> str | 
 
 
 class BatchBuilder:
-    """Builds the rollout batch of each step; see the module docstring.
+    """Builds the rollout batch of each step from the ``rollout`` section; see the module docstring.
 
-    It plays on the mix's env instances (the mix owns them); ``aclose`` closes its runner.
+    It plays on the mix's env instances (``mix.envs``, closed by the trainer).
     """
 
-    def __init__(
-        self,
-        policy: Policy,
-        mix: EnvMix,
-        strategy: LossStrategy,
-        *,
-        sampling: SamplingParams,
-        group_size: int,
-        prompts_per_step: int,
-        max_rounds: int = 4,
-        max_oversampling: float = 2.0,
-        concurrency: int = 256,
-        results_path: Any = None,
-    ):
+    def __init__(self, policy: Policy, mix: EnvMix, estimator: AdvantageEstimator, rollout: RolloutConfig, *,
+                 results_path: str | Path | None = None):
         self.mix = mix
-        self.strategy = strategy
-        self.prompts_per_step = prompts_per_step
-        self.max_rounds = max_rounds
-        self.keep_rate = KeepRate(max_oversampling)
+        self.estimator = estimator
+        self.prompts_per_step = rollout.prompts_per_step
+        self.max_rounds = rollout.max_rounds
+        self.keep_rate = KeepRate(rollout.max_oversampling)
         self._warned_short = False
         self.runner = RolloutRunner(
             policy,
-            sampling=sampling,
-            group_size=group_size,
-            concurrency=concurrency,
+            sampling=SamplingParams(max_tokens=rollout.max_tokens, temperature=rollout.temperature, top_p=rollout.top_p),
+            group_size=rollout.group_size,
+            concurrency=rollout.concurrency,
             envs=mix.envs,
             results_path=results_path,
         )
@@ -210,15 +175,15 @@ class BatchBuilder:
 
     def _add_group(self, batch: RolloutBatch, group: GroupResult) -> bool:
         """Count the group in ``batch`` and add its sequences while the batch has room; whether it is kept."""
-        problems = [episode_problem(e, self.strategy.uses_rewards) for e in group.episodes]
+        problems = [episode_problem(e, self.estimator.uses_rewards) for e in group.episodes]
         valid = [p is None for p in problems]
         batch.samples_masked += valid.count(False)
         batch.mask_reasons.update(f"{group.env_id}: {p[:120]}" for p in problems if p is not None)
-        advantages = self.strategy.group_advantages([e.reward.value for e in group.episodes], valid)
-        if isinstance(advantages, str):
-            if advantages == FILTERED:
+        verdict = self.estimator([e.reward.value for e in group.episodes], valid)
+        if isinstance(verdict, Skip):
+            if verdict.reason == "all_equal":
                 batch.groups_filtered += 1
-            elif advantages == BELOW_THRESHOLD:
+            elif verdict.reason == "below_threshold":
                 batch.groups_below_threshold += 1
             else:
                 batch.groups_masked += 1
@@ -227,7 +192,7 @@ class BatchBuilder:
             batch.groups_surplus += 1
             return True
         batch.groups.append(group)
-        for episode, ok, advantage in zip(group.episodes, valid, advantages, strict=True):
+        for episode, ok, advantage in zip(group.episodes, valid, verdict.values, strict=True):
             if not ok:
                 continue
             for seq in episode.trajectory.sequences():

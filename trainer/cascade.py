@@ -29,24 +29,19 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from .config import (
-    Config,
-    ConfigError,
-    ModelConfig,
-    _build,
-    _set_path,
-    config_from_dict,
-    default_config_path,
-    parse_override,
-    read_yaml,
-)
+from .checks import config_from_dict, default_config_path
+from .config import Config, ConfigError, ModelConfig
 from .evaluation import EvalSettings
+from .strategies import make_strategy
+from .teachers import AUTO, teacher_refs
+from .typed_yaml import build, parse_override, read_yaml, set_path
 
-AUTO = "auto"
+T = TypeVar("T")
 START = "start"
 PREVIOUS = "previous"
 PIPELINE_KEYS = ("name", "description", "model", "output_dir", "eval", "stages", "set")
@@ -128,6 +123,10 @@ def is_pipeline(data: dict[str, Any]) -> bool:
     return "stages" in data
 
 
+def is_pipeline_file(path: str | Path) -> bool:
+    return is_pipeline(read_yaml(Path(path)))
+
+
 def load_pipeline(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Pipeline:
     """Read and check a pipeline file; ``--set`` overrides of the pipeline itself are applied here."""
     source = Path(path)
@@ -138,14 +137,14 @@ def load_pipeline(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     names = [s.get("name") for s in raw if isinstance(s, dict)] if isinstance(raw, list) else []
     pipeline_sets, every, per_stage = _sort_overrides(overrides, [n for n in names if isinstance(n, str)])
     for text in pipeline_sets:
-        _set_path(data, *parse_override(text))
-    spec: PipelineSpec = _build(PipelineSpec, data, "")
+        set_path(data, *parse_override(text))
+    spec = build(PipelineSpec, data)
     if not spec.stages:
         raise ConfigError(f"{source}: 'stages' must be a non-empty list")
-    stages = [_build(StageSpec, item, f"stages[{i}]") for i, item in enumerate(spec.stages)]
+    stages = [build(StageSpec, item, f"stages[{i}]") for i, item in enumerate(spec.stages)]
     _check_stages(stages)
     _check_eval(spec.eval)
-    _build(ModelConfig, spec.model, "model")  # the same keys and types as a stage's model section
+    build(ModelConfig, spec.model, "model")  # the same keys and types as a stage's model section
     return Pipeline(spec, stages, source, every, per_stage)
 
 
@@ -225,7 +224,7 @@ def stage_data(pipeline: Pipeline, stage: StageSpec, init_path: str) -> dict[str
         if key in SET_BY_PIPELINE:
             raise ConfigError(f"stage {stage.name}: {key} is set by the pipeline (model.path and output_dir at the "
                               "pipeline's top level, init: to choose where a stage starts)")
-        _set_path(data, key, value)
+        set_path(data, key, value)
     data["model"]["path"] = init_path
     data["train"]["output_dir"] = str(pipeline.output_dir / stage.name)
     data["train"]["resume"] = True
@@ -238,28 +237,18 @@ def config_hash(data: dict[str, Any]) -> str:
 
 def build_stage_config(stage: StageSpec, data: dict[str, Any]) -> Config:
     """``Config`` of ``data``; a ``ConfigError`` names the stage and its config."""
-    try:
-        return config_from_dict(data)
-    except ConfigError as exc:
-        raise ConfigError(f"stage {stage.name} (config {stage.config}): {exc}") from None
+    return _in_stage(stage, lambda: config_from_dict(data))
 
 
-# ----- MOPD teachers ----------------------------------------------------------------------------------
-
-
-def teacher_refs(data: dict[str, Any]) -> dict[str, str]:
-    """``{mix env id: teacher reference}`` of an ``algorithm: mopd`` stage (``default_teacher`` for mix envs
-    ``teachers`` does not list; teachers of envs outside the mix are dropped); ``{}`` for any other stage."""
-    if data.get("algorithm") != "mopd":
+def stage_teachers(stage: StageSpec, data: dict[str, Any]) -> dict[str, str]:
+    """``{mix env id: teacher reference}`` of a stage whose loss reads the teacher source (``{}`` for any
+    other), from its typed but not yet checked config (its teachers may still be ``auto`` or a stage name)."""
+    config = _in_stage(stage, lambda: build(Config, data))
+    strategy = _in_stage(stage, lambda: make_strategy(config.algorithm, config.optim, config.mopd))
+    if "teacher" not in strategy.sources:
         return {}
-    mopd = data.get("mopd") or {}
-    teachers = mopd.get("teachers") or {}
-    default = mopd.get("default_teacher")
-    envs = (data.get("mix") or {}).get("envs") or {}
-    if not isinstance(teachers, dict) or not isinstance(envs, dict):
-        return {}  # the Config build names the bad key
-    refs = {env_id: teachers.get(env_id, default) for env_id in envs}
-    return {env_id: str(ref) for env_id, ref in refs.items() if ref is not None}
+    weights, _ = _in_stage(stage, config.mix_weights)
+    return teacher_refs(config.mopd, weights)
 
 
 def with_teachers(data: dict[str, Any], teachers: dict[str, str]) -> dict[str, Any]:
@@ -269,50 +258,8 @@ def with_teachers(data: dict[str, Any], teachers: dict[str, str]) -> dict[str, A
     return out
 
 
-@dataclass
-class Candidate:
-    """A checkpoint a teacher can be chosen from: the start model or a finished stage."""
-
-    label: str
-    checkpoint: str
-    scores: dict[str, dict[str, Any]]
-
-
-def choose_teachers(stage: str, refs: dict[str, str], candidates: list[Candidate],
-                    eval_envs: list[str]) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
-    """Resolve ``refs`` (``auto``, ``start``, a stage name, or a folder) against ``candidates`` (in pipeline
-    order); returns the teacher folders and, per env, the choice made and why."""
-    by_label = {c.label: c for c in candidates}
-    teachers: dict[str, str] = {}
-    choices: dict[str, dict[str, Any]] = {}
-    for env_id, ref in refs.items():
-        key = f"stage {stage}: mopd.teachers.{env_id}"
-        if ref == AUTO:
-            if env_id not in eval_envs:
-                raise ConfigError(f"{key} is auto, but {env_id} is not evaluated: add it to eval.envs (with held-out "
-                                  "tasks) so the teacher can be chosen by score, or name a checkpoint")
-            means = [(c, (c.scores.get(env_id) or {}).get("mean")) for c in candidates]
-            scored = [(c, float(v)) for c, v in means if isinstance(v, (int, float))]
-            if not scored:
-                raise ConfigError(f"{key} is auto, but no checkpoint has a score on {env_id} (every answer was "
-                                  "masked or it was never evaluated): fix its judge/verifier or name a checkpoint")
-            best = max(value for _, value in scored)
-            chosen = [c for c, value in scored if value == best][-1]  # ties: the later stage
-            teachers[env_id] = chosen.checkpoint
-            choices[env_id] = {"from": chosen.label, "checkpoint": chosen.checkpoint, "score": best, "rule": "auto",
-                               "scores": {c.label: value for c, value in scored}}
-        elif ref in by_label:
-            teachers[env_id] = by_label[ref].checkpoint
-            choices[env_id] = {"from": ref, "checkpoint": by_label[ref].checkpoint, "rule": "named"}
-        else:
-            teachers[env_id] = ref
-            choices[env_id] = {"from": ref, "checkpoint": ref, "rule": "path"}
-    return teachers, choices
-
-
-def teacher_line(stage: str, choices: dict[str, dict[str, Any]]) -> str:
-    parts = []
-    for env_id, choice in choices.items():
-        score = f" ({choice['score']:.3f}, best of {len(choice['scores'])})" if choice["rule"] == "auto" else ""
-        parts.append(f"{env_id} <- {choice['from']}{score}")
-    return f"{stage}: MOPD teachers: " + "; ".join(parts)
+def _in_stage(stage: StageSpec, make: Callable[[], T]) -> T:
+    try:
+        return make()
+    except ConfigError as exc:
+        raise ConfigError(f"stage {stage.name} (config {stage.config}): {exc}") from None

@@ -1,44 +1,91 @@
 """Running a Cascade RL pipeline: check every stage, train them in order, evaluate, resume.
 
 ``output_dir/cascade_state.json`` records the start model's evaluation and each finished stage
-(checkpoint, config hash, steps, evaluation, teachers, times). Rerunning the same command skips
-finished stages and continues an unfinished one from its own checkpoints (the trainer resumes from
-its ``output_dir``). ``from_stage`` forgets that stage and every later one and moves their folders
-aside (``<name>.replaced-<time>``), so they are trained again. A finished stage whose config changed
-since (another hash) is refused with a one-line hint (redo it with ``--from-stage``), never silently
-reused or retrained. Stored scores whose eval settings changed are recomputed from the checkpoint.
+(``PipelineState``: checkpoint, config hash, steps, evaluation, teachers, times). Rerunning the same
+command skips finished stages and continues an unfinished one from its own checkpoints (the trainer
+resumes from its ``output_dir``). ``from_stage`` forgets that stage and every later one and moves
+their folders aside (``<name>.replaced-<time>``), so they are trained again. A finished stage whose
+config changed since (another hash) is refused with a one-line hint (redo it with ``--from-stage``),
+never silently reused or retrained. Stored scores whose eval settings changed are recomputed from
+the checkpoint.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from .cascade import (
-    AUTO,
+    PREVIOUS,
     START,
-    Candidate,
     Pipeline,
     StageSpec,
     build_stage_config,
-    choose_teachers,
     config_hash,
+    load_pipeline,
     stage_data,
-    teacher_line,
-    teacher_refs,
+    stage_teachers,
     with_teachers,
 )
-from .config import ConfigError, ModelConfig
-from .evaluation import eval_table, evaluate_checkpoint, plot_eval
+from .config import Config, ConfigError, ModelConfig
+from .evaluation import EvalSettings, eval_table, evaluate_checkpoint, plot_eval
+from .run import run_training
+from .teachers import Candidate, choose_teachers, teacher_line
+from .typed_yaml import build
 
 STATE_FILE = "cascade_state.json"
 EVAL_FILE = "eval.json"
 PLOT_FILE = "eval.png"
+
+Scores = dict[str, dict[str, Any]]
+"""``{env_id: evaluation result}`` of one checkpoint (``evaluation.evaluate_checkpoint``)."""
+
+
+@dataclass
+class CheckpointRecord:
+    """A checkpoint of the pipeline and its evaluation: the start model, or a finished stage."""
+
+    checkpoint: str
+    eval: Scores = field(default_factory=dict)
+
+
+@dataclass
+class StageRecord(CheckpointRecord):
+    """A finished stage: what it trained (config, hash, init), what it left, and its teachers."""
+
+    config: str = ""
+    config_hash: str = ""
+    init: str = ""
+    chain: bool = True
+    steps: int = 0
+    steps_with_signal: int = 0
+    teachers: dict[str, Any] = field(default_factory=dict)
+    train_s: float = 0.0
+    finished_at: str = ""
+
+
+@dataclass
+class PipelineState:
+    """``cascade_state.json``: the start model's record and each finished stage's, by name."""
+
+    name: str = ""
+    start: CheckpointRecord | None = None
+    stages: dict[str, StageRecord] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def candidates(self, order: list[str]) -> list[Candidate]:
+        """The checkpoints a teacher can be chosen from: the start model, then the finished stages of ``order``."""
+        found = [Candidate(START, self.start.checkpoint, self.start.eval)] if self.start else []
+        return found + [Candidate(n, self.stages[n].checkpoint, self.stages[n].eval) for n in order if n in self.stages]
 
 
 @dataclass
@@ -50,20 +97,22 @@ class StageResult:
     skipped: int
 
 
-def train_stage(config: Any, label: str) -> StageResult:
+def train_stage(config: Config, label: str) -> StageResult:
     """Train one stage's ``Config`` with the trainer, as ``cascade-envs train`` does."""
-    from .cli import run_training
-
     trainer, history = run_training(config, label)
     skipped = sum(1 for h in history if h.get("skipped"))
     return StageResult(str(trainer.last_checkpoint) if trainer.last_checkpoint else None, len(history), skipped)
+
+
+Train = Callable[[Config, str], StageResult]
+Evaluate = Callable[[str, ModelConfig, EvalSettings, list[str]], Scores]
 
 
 class CascadeRunner:
     """Runs ``pipeline``; ``trainer``/``evaluator`` stand in for training and evaluation (tests)."""
 
     def __init__(self, pipeline: Pipeline, *, from_stage: str | None = None, log: TextIO | None = None,
-                 trainer: Any = train_stage, evaluator: Any = evaluate_checkpoint):
+                 trainer: Train = train_stage, evaluator: Evaluate = evaluate_checkpoint):
         self.pipeline = pipeline
         self.from_stage = from_stage
         self.log = log or sys.stderr
@@ -73,55 +122,50 @@ class CascadeRunner:
         self.state_path = self.out / STATE_FILE
         self.settings = pipeline.spec.eval
         self.eval_envs = list(self.settings.envs)
+        self.names = [s.name for s in pipeline.stages]
         if from_stage is not None:
             pipeline.stage(from_stage)  # a clear error for an unknown name
 
     # ----- checks before any work -------------------------------------------------------------------
 
     def check(self) -> None:
-        """Every stage's config builds (with stand-ins for checkpoints not trained yet): a ``ConfigError``
-        names the stage and the key before anything is trained."""
+        """Every stage's config builds, its teachers resolved against stand-ins (the start model, with a
+        score on every eval env, for each checkpoint not trained yet): a ``ConfigError`` names the stage
+        and the key before anything is trained."""
         start = self.pipeline.start_path
-        earlier: list[str] = []
+        scored = {env_id: {"mean": 0.0} for env_id in self.eval_envs}
+        earlier = [Candidate(START, start, scored)]
         for stage in self.pipeline.stages:
             data = stage_data(self.pipeline, stage, start)
-            refs = teacher_refs(data)
-            for env_id, ref in refs.items():
-                if ref in {s.name for s in self.pipeline.stages} - set(earlier):
-                    raise ConfigError(f"stage {stage.name}: mopd.teachers.{env_id} names stage {ref!r}, which does not "
-                                      "run before it")
-                if ref == AUTO and env_id not in self.eval_envs:
-                    raise ConfigError(f"stage {stage.name}: mopd.teachers.{env_id} is auto, but {env_id} is not "
-                                      "evaluated: add it to eval.envs (with held-out tasks) or name a checkpoint")
-            stand_in = {env_id: start if ref in (AUTO, START) or ref in earlier else ref
-                        for env_id, ref in refs.items()}
-            build_stage_config(stage, with_teachers(data, stand_in) if refs else data)
-            earlier.append(stage.name)
+            refs = stage_teachers(stage, data)
+            if refs:
+                teachers, _ = choose_teachers(stage.name, refs, earlier, self.eval_envs, self.names)
+                data = with_teachers(data, teachers)
+            build_stage_config(stage, data)
+            earlier.append(Candidate(stage.name, start, scored))
 
     # ----- state ------------------------------------------------------------------------------------
 
-    def load_state(self) -> dict[str, Any]:
+    def load_state(self) -> PipelineState:
         if not self.state_path.exists():
-            return {"name": self.pipeline.spec.name, "start": {}, "stages": {}}
+            return PipelineState(self.pipeline.spec.name)
         try:
-            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+            return build(PipelineState, json.loads(self.state_path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{self.state_path} is unreadable ({exc}); move it away to start the pipeline over") from None
-        if not isinstance(state, dict) or not isinstance(state.get("stages"), dict):
-            raise ConfigError(f"{self.state_path} is not a cascade state file; move it away to start over")
-        return state
+        except ConfigError as exc:
+            raise ConfigError(f"{self.state_path} is not a cascade state file ({exc}); move it away to start over") from None
 
-    def save_state(self, state: dict[str, Any]) -> None:
+    def save_state(self, state: PipelineState) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(state.to_dict(), indent=2) + "\n", encoding="utf-8")
         tmp.replace(self.state_path)
 
-    def _forget_from(self, state: dict[str, Any], name: str) -> None:
-        names = [s.name for s in self.pipeline.stages]
+    def _forget_from(self, state: PipelineState, name: str) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        for stage_name in names[names.index(name):]:
-            state["stages"].pop(stage_name, None)
+        for stage_name in self.names[self.names.index(name):]:
+            state.stages.pop(stage_name, None)
             folder = self.out / stage_name
             if folder.exists():
                 aside = folder.with_name(f"{stage_name}.replaced-{stamp}")
@@ -131,44 +175,45 @@ class CascadeRunner:
 
     # ----- the run ----------------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> PipelineState:
         """Check, then train and evaluate every stage not finished yet; returns the state."""
         self.check()
         state = self.load_state()
         if self.from_stage is not None:
             self._forget_from(state, self.from_stage)
         start = self.pipeline.start_path
-        if state["start"].get("checkpoint") != start:
-            state["start"] = {"checkpoint": start, "eval": {}}
-        self._evaluate(state, START, state["start"])
+        if state.start is None or state.start.checkpoint != start:
+            state.start = CheckpointRecord(start)
+        self._evaluate(state, START, state.start)
         previous = start
         for stage in self.pipeline.stages:
-            init = previous if stage.init == "previous" else start if stage.init == START else \
-                state["stages"][stage.init]["checkpoint"]
+            init = previous if stage.init == PREVIOUS else start if stage.init == START else \
+                state.stages[stage.init].checkpoint
             data = stage_data(self.pipeline, stage, init)
             digest = config_hash(data)
-            record = state["stages"].get(stage.name)
-            if record is not None and record.get("config_hash") != digest:
+            record = state.stages.get(stage.name)
+            if record is not None and record.config_hash != digest:
                 raise ConfigError(
-                    f"stage {stage.name} finished with another config (hash {record.get('config_hash')}, now {digest}; "
+                    f"stage {stage.name} finished with another config (hash {record.config_hash}, now {digest}; "
                     f"e.g. a changed file, --set or start checkpoint): rerun with --from-stage {stage.name} to train "
                     "it and the stages after it again, or restore its config")
             if record is None:
                 record = self._train(state, stage, data, init, digest)
             else:
-                self._say(f"{stage.name}: finished earlier ({record['checkpoint']}); skipped")
+                self._say(f"{stage.name}: finished earlier ({record.checkpoint}); skipped")
             self._evaluate(state, stage.name, record)
             if stage.chain:
-                previous = record["checkpoint"]
+                previous = record.checkpoint
         self.report(state)
         return state
 
-    def _train(self, state: dict[str, Any], stage: StageSpec, data: dict[str, Any], init: str,
-               digest: str) -> dict[str, Any]:
-        refs = teacher_refs(data)
+    def _train(self, state: PipelineState, stage: StageSpec, data: dict[str, Any], init: str,
+               digest: str) -> StageRecord:
+        refs = stage_teachers(stage, data)
         choices: dict[str, Any] = {}
         if refs:
-            teachers, choices = choose_teachers(stage.name, refs, self._candidates(state), self.eval_envs)
+            teachers, choices = choose_teachers(stage.name, refs, state.candidates(self.names), self.eval_envs,
+                                                self.names)
             data = with_teachers(data, teachers)
             self._say(teacher_line(stage.name, choices))
         config = build_stage_config(stage, data)
@@ -176,61 +221,50 @@ class CascadeRunner:
         started = time.perf_counter()
         result = self.trainer(config, f"stage {stage.name} ({stage.config})")
         gc.collect()
-        record = {
-            "config": stage.config, "config_hash": digest, "init": init, "chain": stage.chain,
-            "checkpoint": result.checkpoint or init, "steps": result.steps,
-            "steps_with_signal": result.steps - result.skipped, "teachers": choices,
-            "train_s": round(time.perf_counter() - started, 1),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "eval": {},
-        }
+        record = StageRecord(
+            checkpoint=result.checkpoint or init, config=stage.config, config_hash=digest, init=init, chain=stage.chain,
+            steps=result.steps, steps_with_signal=result.steps - result.skipped, teachers=choices,
+            train_s=round(time.perf_counter() - started, 1), finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
         if result.checkpoint is None:
             self._say(f"{stage.name}: no checkpoint was written (0 steps); its checkpoint is the one it started from")
-        state["stages"][stage.name] = record
+        state.stages[stage.name] = record
         self.save_state(state)
         return record
 
-    def _candidates(self, state: dict[str, Any]) -> list[Candidate]:
-        found = [Candidate(START, state["start"]["checkpoint"], state["start"].get("eval", {}))]
-        for stage in self.pipeline.stages:
-            record = state["stages"].get(stage.name)
-            if record is not None:
-                found.append(Candidate(stage.name, record["checkpoint"], record.get("eval", {})))
-        return found
-
-    def _evaluate(self, state: dict[str, Any], label: str, record: dict[str, Any]) -> None:
+    def _evaluate(self, state: PipelineState, label: str, record: CheckpointRecord) -> None:
         """Score ``record``'s checkpoint on every eval env it has no current score for."""
-        scores = record.setdefault("eval", {})
-        todo = [e for e in self.eval_envs if (scores.get(e) or {}).get("key") != self.settings.key(e)]
+        todo = [e for e in self.eval_envs if (record.eval.get(e) or {}).get("key") != self.settings.key(e)]
         if not todo:
             return
-        self._say(f"{label}: evaluating {record['checkpoint']} on {len(todo)} env(s) "
+        self._say(f"{label}: evaluating {record.checkpoint} on {len(todo)} env(s) "
                   f"(greedy, {self.settings.max_tokens} tokens, first {self.settings.limit or 'all'} tasks)")
         model = ModelConfig(**{k: v for k, v in self.pipeline.spec.model.items() if k != "path"})
-        scores.update(self.evaluator(record["checkpoint"], model, self.settings, todo))
+        record.eval.update(self.evaluator(record.checkpoint, model, self.settings, todo))
         gc.collect()
         self.save_state(state)
 
     # ----- the report -------------------------------------------------------------------------------
 
-    def rows(self, state: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
-        rows = [(START, state["start"].get("eval", {}))]
+    def rows(self, state: PipelineState) -> list[tuple[str, Scores]]:
+        rows = [(START, state.start.eval if state.start else {})]
         for stage in self.pipeline.stages:
-            record = state["stages"].get(stage.name)
+            record = state.stages.get(stage.name)
             if record is not None:
-                rows.append((stage.name if stage.chain else f"{stage.name} (branch)", record.get("eval", {})))
+                rows.append((stage.name if stage.chain else f"{stage.name} (branch)", record.eval))
         return rows
 
-    def report(self, state: dict[str, Any]) -> None:
+    def report(self, state: PipelineState) -> None:
         """Print the eval table; write ``eval.json`` and the plot (when matplotlib is installed)."""
         rows = self.rows(state)
         print(f"held-out scores (mean over scored answers; change vs the row above; {self.out / EVAL_FILE}):")
         print(eval_table(rows, self.eval_envs))
-        signal = [(n, r["steps_with_signal"], r["steps"]) for n, r in state["stages"].items() if "steps" in r]
-        print("steps with a learning signal: " + ", ".join(f"{n} {s}/{t}" for n, s, t in signal))
+        print("steps with a learning signal: "
+              + ", ".join(f"{n} {r.steps_with_signal}/{r.steps}" for n, r in state.stages.items()))
         payload = {"envs": self.eval_envs, "settings": {"max_tokens": self.settings.max_tokens,
                                                        "limit": self.settings.limit, "sampling": "greedy"},
                    "rows": [{"stage": label, "results": results} for label, results in rows],
-                   "teachers": {n: r["teachers"] for n, r in state["stages"].items() if r.get("teachers")}}
+                   "teachers": {n: r.teachers for n, r in state.stages.items() if r.teachers}}
         (self.out / EVAL_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         png = plot_eval(rows, self.eval_envs, self.out / PLOT_FILE)
         print(f"plot: {png}" if png else "plot skipped: matplotlib is not installed (pip install matplotlib)")
@@ -240,15 +274,6 @@ class CascadeRunner:
 
 
 def run_pipeline(path: str | Path, overrides: list[str] | tuple[str, ...] = (), from_stage: str | None = None,
-                 **kwargs: Any) -> dict[str, Any]:
+                 **kwargs: Any) -> PipelineState:
     """Load the pipeline file at ``path`` and run it (see ``CascadeRunner``)."""
-    from .cascade import load_pipeline
-
     return CascadeRunner(load_pipeline(path, overrides), from_stage=from_stage, **kwargs).run()
-
-
-def is_pipeline_file(path: str | Path) -> bool:
-    from .cascade import is_pipeline
-    from .config import read_yaml
-
-    return is_pipeline(read_yaml(Path(path)))

@@ -1,60 +1,80 @@
-"""Typed trainer configuration: dataclasses loaded from YAML, with ``key.sub=value`` overrides.
+"""The trainer's configuration types: one dataclass per YAML section, each checking its own values.
 
-Unknown keys are errors (with a "did you mean"), values are checked against the field types, and
-``load_config(None)`` gives the embedded default run (``trainer/configs/default.yaml``).
+``typed_yaml`` reads YAML into these types (unknown keys and values outside a field's type, ``Literal``
+modes included, are errors naming the key); ``checks`` loads a config and runs every section's
+``check`` plus the rules that span sections. ``load_config(None)`` gives the embedded default run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import tempfile
-import types
-import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..core import CascadeError
 from ..defaults import DEFAULT_CONCURRENCY, DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from ..mix import parse_mix
+
+WeightDtype = Literal["auto", "float32", "bfloat16", "float16"]
+MixedPrecision = Literal["auto", "bfloat16", "float16", "no"]
+EngineName = Literal["hf", "vllm"]
+Normalization = Literal["response", "token"]
 
 
 class ConfigError(CascadeError):
     """A trainer config that cannot be used as written."""
 
 
+class Section:
+    """A config section: ``check`` raises ``ConfigError`` naming the first key whose value cannot train."""
+
+    def check(self) -> None:
+        """Values in range (their types are the loader's to check)."""
+
+
 @dataclass
-class ModelConfig:
+class ModelConfig(Section):
     path: str = "embedded"
     """A local Hugging Face model folder, or ``embedded`` (SmolLM2-135M-Instruct shipped with the package)."""
-    dtype: str = "auto"
+    dtype: WeightDtype = "auto"
     """Dtype of the trained weights: ``auto`` (float32 master weights), ``float32``, ``bfloat16``, ``float16``.
 
     Pure bf16 weights save memory but lose small updates (an lr of 3e-6 is below bf16 resolution),
     so the default keeps float32 weights and computes in bf16 through ``mixed_precision``."""
-    mixed_precision: str = "auto"
+    mixed_precision: MixedPrecision = "auto"
     """Autocast dtype of the training forward pass: ``auto`` (bfloat16 on GPU, off on CPU), ``bfloat16``,
     ``float16`` or ``no``."""
     device: str = "auto"
-    gradient_checkpointing: str | bool = "auto"
+    gradient_checkpointing: Literal["auto"] | bool = "auto"
     """``auto``: on for GPU, off for CPU."""
+
+    def check(self) -> None:
+        if not self.path.strip():
+            raise ConfigError("model.path must not be empty (a local Hugging Face model folder or 'embedded')")
+        if self.device != "auto":
+            _check_device(self.device)
 
 
 @dataclass
-class MixConfig:
+class MixConfig(Section):
     envs: dict[str, Any] = field(default_factory=dict)
     """``{env_id: weight}`` or ``{env_id: {weight: W, kwargs: {...}}}``; weights are normalised."""
     seed: int | None = None
     """Task-sampling seed (default: ``train.seed``)."""
 
+    def check(self) -> None:
+        if self.seed is not None and self.seed < 0:
+            raise ConfigError(f"mix.seed must be >= 0, got {self.seed}")
+        _parsed(self.envs, "mix.envs")
+
 
 @dataclass
-class RolloutConfig:
-    engine: str = "hf"
+class RolloutConfig(Section):
+    engine: EngineName = "hf"
     group_size: int = 8
     prompts_per_step: int = 8
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -79,9 +99,18 @@ class RolloutConfig:
     not filtered out), at most this many times the missing groups; 1 plays exactly the shortfall."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
+    def check(self) -> None:
+        for key in ("group_size", "prompts_per_step", "max_tokens", "concurrency", "max_rounds"):
+            _at_least_one(f"rollout.{key}", getattr(self, key))
+        _number_in("rollout.temperature", self.temperature, low=0, hint=" (0 samples greedily)")
+        _number_in("rollout.top_p", self.top_p, low=0, high=1, low_open=True)
+        _number_in("rollout.max_oversampling", self.max_oversampling, low=1, high=64)
+        if self.mask_groups_below is not None and not _is_finite_number(self.mask_groups_below):
+            raise ConfigError(f"rollout.mask_groups_below must be a finite number or null, got {self.mask_groups_below!r}")
+
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Section):
     lr: float = 3e-6
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -93,9 +122,25 @@ class OptimConfig:
     """Sequences per forward/backward pass; gradients accumulate over the step's batch."""
     kl_coef: float = 0.0
 
+    def check(self) -> None:
+        _at_least_one("optim.micro_batch_size", self.micro_batch_size)
+        if self.warmup_steps < 0:
+            raise ConfigError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
+        _number_in("optim.lr", self.lr, low=0, low_open=True)
+        _number_in("optim.max_grad_norm", self.max_grad_norm, low=0, low_open=True)
+        _number_in("optim.eps", self.eps, low=0, low_open=True)
+        _number_in("optim.weight_decay", self.weight_decay, low=0)
+        _number_in("optim.kl_coef", self.kl_coef, low=0)
+        if len(self.betas) != 2:
+            raise ConfigError(f"optim.betas must be two numbers, got {self.betas!r}")
+        for i, beta in enumerate(self.betas):
+            _number_in(f"optim.betas[{i}]", beta, low=0, high=1, high_open=True)
+        _number_in("optim.warmup_start_lr", self.warmup_start_lr, low=0,
+                   high=self.lr if self.warmup_steps > 0 else None, hint=" (warmup climbs from it to optim.lr)")
+
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Section):
     steps: int = 100
     seed: int = 0
     output_dir: str = "runs/grpo"
@@ -108,9 +153,18 @@ class TrainConfig:
     plot: bool = True
     save_rollouts: bool = False
 
+    def check(self) -> None:
+        _at_least_one("train.save_every", self.save_every)
+        _at_least_one("train.keep_checkpoints", self.keep_checkpoints)
+        if self.steps < 0:
+            raise ConfigError(f"train.steps must be >= 0, got {self.steps}")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"train.seed must be in [0, 2**32), got {self.seed}")
+        check_output_dir(self.output_dir)
+
 
 @dataclass
-class HeldoutConfig:
+class HeldoutConfig(Section):
     """A held-out check of what the run learned: before the first step and after the last, every task
     of ``env`` (made with ``kwargs``, e.g. its own ``tasks`` file, never one the mix trains on) is
     answered once, greedily, with ``rollout.max_tokens``, and the mean reward is reported."""
@@ -119,10 +173,16 @@ class HeldoutConfig:
     """An env id (``null``: no held-out check)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
 
+    def check(self) -> None:
+        if self.env is not None:
+            _parsed({self.env: {"weight": 1.0, "kwargs": self.kwargs}}, "heldout")
+
 
 @dataclass
-class MOPDConfig:
-    """Multi-domain on-policy distillation (``algorithm: mopd``; DESIGN.md §6, RECIPE.md §MOPD)."""
+class MOPDConfig(Section):
+    """Multi-domain on-policy distillation (``algorithm: mopd``; DESIGN.md §6, RECIPE.md §MOPD).
+
+    The teacher rules (which env gets which teacher, what a teacher may be) live in ``teachers.py``."""
 
     teachers: dict[str, Any] = field(default_factory=dict)
     """``{env_id: teacher checkpoint folder}`` (a Hugging Face folder or ``embedded``). Teachers must
@@ -134,21 +194,25 @@ class MOPDConfig:
     """Lower bound of the importance-weight gate, in (0, 1]."""
     eps_high: float = 2.0
     """Upper bound of the importance-weight gate, >= 1."""
-    normalization: str = "response"
+    normalization: Normalization = "response"
     """``response``: eq. 4 (mean over each response's valid tokens, then over responses); ``token``:
     divide by every valid token of the batch (long responses weigh more)."""
-    teacher_dtype: str = "auto"
+    teacher_dtype: WeightDtype = "auto"
     """Dtype of the teachers' weights for their forward passes: ``auto`` (bfloat16 on GPU, float32
     on CPU), ``float32``, ``bfloat16``, ``float16``."""
-    teacher_engine: str = "hf"
+    teacher_engine: EngineName = "hf"
     """How teachers score: ``hf`` (a transformers forward pass of ``logits / rollout.temperature``) or
     ``vllm`` (vLLM prompt logprobs, of the raw distribution: needs ``rollout.temperature`` 0 or 1)."""
     teacher_engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``vllm.LLM`` arguments of every vLLM teacher (``gpu_memory_utilization``, ``max_model_len``...)."""
 
+    def check(self) -> None:
+        _number_in("mopd.eps_low", self.eps_low, low=0, high=1, low_open=True)
+        _number_in("mopd.eps_high", self.eps_high, low=1)
+
 
 @dataclass
-class RayConfig:
+class RayConfig(Section):
     """Ray scale-out of env workers, sandboxes and judges."""
 
     address: str | None = None
@@ -160,6 +224,12 @@ class RayConfig:
     """Ray's ``.options(...)`` for every env actor (``num_cpus``, ``resources``, ``runtime_env``...), plus the
     pool's own keys ``call_timeout_s``, ``retries``, ``ready_timeout_s`` and ``placement_strategy``
     (see ``cascade_envs.distributed``)."""
+
+    def check(self) -> None:
+        if self.env_actors < 0:
+            raise ConfigError(f"ray.env_actors must be >= 0, got {self.env_actors}")
+        if self.address is not None and not self.address.strip():
+            raise ConfigError("ray.address must be null (one process), 'auto' or a Ray cluster address, got an empty string")
 
 
 @dataclass
@@ -180,198 +250,42 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def sections(self) -> list[Section]:
+        return [value for f in dataclasses.fields(self) if isinstance(value := getattr(self, f.name), Section)]
+
     def mix_weights(self) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
         """Weights and per-env kwargs of ``mix.envs`` (``rollout.thinking`` goes into every env's kwargs)."""
-        try:
-            weights, kwargs = parse_mix(self.mix.envs, source="mix.envs")
-        except CascadeError as exc:
-            raise ConfigError(str(exc)) from None
-        if self.rollout.thinking is not None:
-            for env_kwargs in kwargs.values():
-                env_kwargs.setdefault("thinking", self.rollout.thinking)
+        weights, kwargs = _parsed(self.mix.envs, "mix.envs")
+        for env_kwargs in kwargs.values():
+            self._apply_thinking(env_kwargs)
         return weights, kwargs
 
     def heldout_env(self) -> tuple[str, dict[str, Any]] | None:
         """The held-out env id and its kwargs (``rollout.thinking`` applied), or ``None`` when unset."""
         if self.heldout.env is None:
             return None
-        try:
-            _, kwargs = parse_mix({self.heldout.env: {"weight": 1.0, "kwargs": self.heldout.kwargs}}, source="heldout")
-        except CascadeError as exc:
-            raise ConfigError(str(exc)) from None
-        env_kwargs = kwargs[self.heldout.env]
+        _, kwargs = _parsed({self.heldout.env: {"weight": 1.0, "kwargs": self.heldout.kwargs}}, "heldout")
+        return self.heldout.env, self._apply_thinking(kwargs[self.heldout.env])
+
+    def _apply_thinking(self, env_kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.rollout.thinking is not None:
             env_kwargs.setdefault("thinking", self.rollout.thinking)
-        return self.heldout.env, env_kwargs
+        return env_kwargs
 
 
-def _is_dataclass_type(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+def model_path(path: str) -> Path:
+    """The folder of a ``model.path``-like setting (``embedded``: the packaged SmolLM2-135M-Instruct); a
+    ``CascadeError`` saying what is wrong when it is not a Hugging Face model folder."""
+    if path == "embedded":
+        from ..policies.embedded import embedded_model_path
 
-
-def _check_value(value: Any, tp: Any, where: str) -> Any:
-    """Check (and lightly coerce: int -> float) ``value`` against the annotation ``tp``."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(tp):
-            try:
-                return _check_value(value, option, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(f"{where}: {value!r} does not fit {tp}")
-    if tp is type(None):
-        if value is not None:
-            raise ConfigError(f"{where}: expected null, got {value!r}")
-        return None
-    if tp is Any:
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp in (str, bool):
-        if not isinstance(value, tp):
-            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
-        return value
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        (item,) = typing.get_args(tp) or (Any,)
-        return [_check_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        return dict(value)
-    raise ConfigError(f"{where}: unsupported field type {tp}")  # pragma: no cover - a bug in this module
-
-
-def _build(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{where}.{key}" if where else str(key)
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(names)})"
-            raise ConfigError(f"unknown config key {path!r}{hint}")
-        tp = hints[key]
-        values[key] = _build(tp, value, path) if _is_dataclass_type(tp) else _check_value(value, tp, path)
-    return cls(**values)
-
-
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = data
-    for key in keys[:-1]:
-        child = node.setdefault(key, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"override {dotted!r}: {key!r} is not a section")
-        node = child
-    node[keys[-1]] = value
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"optim.lr=1e-5"`` -> ``("optim.lr", 1e-05)``; the value is read as YAML."""
-    import yaml
-
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override {text!r} must look like key.sub=value")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {exc}") from None
-    if isinstance(value, str) and _looks_numeric(value):
-        value = float(value)  # YAML 1.1 reads "1e-5" as a string
-    return key.strip(), value
-
-
-def _looks_numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return text.strip().lower() not in {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}
-
-
-def default_config_path() -> Path:
-    return Path(str(resources.files("cascade_envs.trainer").joinpath("configs/default.yaml")))
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return _fix_yaml_floats(data)
-
-
-def _fix_yaml_floats(node: Any) -> Any:
-    """YAML 1.1 (PyYAML) reads ``3e-6`` as a string; read such scalars as numbers."""
-    if isinstance(node, dict):
-        return {k: _fix_yaml_floats(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_fix_yaml_floats(v) for v in node]
-    if isinstance(node, str) and _looks_numeric(node) and any(c in node.lower() for c in "e."):
-        return float(node)
-    return node
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config (``None``: the embedded default) and apply ``key.sub=value`` overrides."""
-    data = read_yaml(default_config_path() if path is None else path)
-    for text in overrides:
-        key, value = parse_override(text)
-        _set_path(data, key, value)
-    config = _build(Config, data, "")
-    validate(config)
-    return config
-
-
-def config_from_dict(data: dict[str, Any]) -> Config:
-    config = _build(Config, data, "")
-    validate(config)
-    return config
-
-
-def _is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _number_in(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-               low_open: bool = False, high_open: bool = False, hint: str = "") -> None:
-    """``value`` must be a finite number in the interval (``low_open``: ``low`` excluded, likewise ``high``)."""
-    ok = _is_finite_number(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        if low is not None and high is not None:
-            where = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        elif low is not None:
-            where = f"{'>' if low_open else '>='} {low:g}"
-        else:
-            where = f"{'<' if high_open else '<='} {high:g}"
-        raise ConfigError(f"{name} must be a finite number {where}, got {value!r}{hint}")
+        return Path(embedded_model_path())
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise CascadeError(f"model path {path!r} does not exist (give a local Hugging Face model folder or 'embedded')")
+    if not (folder / "config.json").is_file():
+        raise CascadeError(f"model path {path!r} is not a Hugging Face model folder (no config.json)")
+    return folder
 
 
 def check_output_dir(path: str, *, create: bool = False) -> Path:
@@ -400,130 +314,41 @@ def check_output_dir(path: str, *, create: bool = False) -> Path:
     return folder
 
 
-def validate(config: Config) -> None:
-    """Every setting in range before any work starts; ``ConfigError`` names the key at fault."""
-    m, r, o, t = config.model, config.rollout, config.optim, config.train
-    positive = {
-        "rollout.group_size": r.group_size,
-        "rollout.prompts_per_step": r.prompts_per_step,
-        "rollout.max_tokens": r.max_tokens,
-        "rollout.concurrency": r.concurrency,
-        "rollout.max_rounds": r.max_rounds,
-        "optim.micro_batch_size": o.micro_batch_size,
-        "train.save_every": t.save_every,
-        "train.keep_checkpoints": t.keep_checkpoints,
-    }
-    for name, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{name} must be at least 1, got {value}")
-    if t.steps < 0:
-        raise ConfigError(f"train.steps must be >= 0, got {t.steps}")
-    if o.warmup_steps < 0:
-        raise ConfigError(f"optim.warmup_steps must be >= 0, got {o.warmup_steps}")
-    if not 0 <= t.seed < 2**32:
-        raise ConfigError(f"train.seed must be in [0, 2**32), got {t.seed}")
-    if config.mix.seed is not None and config.mix.seed < 0:
-        raise ConfigError(f"mix.seed must be >= 0, got {config.mix.seed}")
-
-    # numbers: finite, and in the range where training means something
-    _number_in("optim.lr", o.lr, low=0, low_open=True)
-    _number_in("optim.max_grad_norm", o.max_grad_norm, low=0, low_open=True)
-    _number_in("optim.eps", o.eps, low=0, low_open=True)
-    _number_in("optim.weight_decay", o.weight_decay, low=0)
-    _number_in("optim.kl_coef", o.kl_coef, low=0)
-    if len(o.betas) != 2:
-        raise ConfigError(f"optim.betas must be two numbers, got {o.betas!r}")
-    for i, beta in enumerate(o.betas):
-        _number_in(f"optim.betas[{i}]", beta, low=0, high=1, high_open=True)
-    _number_in("optim.warmup_start_lr", o.warmup_start_lr, low=0,
-               high=o.lr if o.warmup_steps > 0 else None, hint=" (warmup climbs from it to optim.lr)")
-    _number_in("rollout.temperature", r.temperature, low=0, hint=" (0 samples greedily)")
-    _number_in("rollout.top_p", r.top_p, low=0, high=1, low_open=True)
-    _number_in("rollout.max_oversampling", r.max_oversampling, low=1, high=64)
-    if r.mask_groups_below is not None and not _is_finite_number(r.mask_groups_below):
-        raise ConfigError(f"rollout.mask_groups_below must be a finite number or null, got {r.mask_groups_below!r}")
-    _validate_mopd_section(config.mopd)
-    if config.ray.env_actors < 0:
-        raise ConfigError(f"ray.env_actors must be >= 0, got {config.ray.env_actors}")
-    if config.ray.address is not None and not config.ray.address.strip():
-        raise ConfigError("ray.address must be null (one process), 'auto' or a Ray cluster address, got an empty string")
-
-    # names
-    if not m.path.strip():
-        raise ConfigError("model.path must not be empty (a local Hugging Face model folder or 'embedded')")
-    if m.dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise ConfigError(f"model.dtype must be auto, float32, bfloat16 or float16, got {m.dtype!r}")
-    if m.gradient_checkpointing not in ("auto", True, False):
-        raise ConfigError("model.gradient_checkpointing must be auto, true or false")
-    if m.mixed_precision not in ("auto", "bfloat16", "float16", "no"):
-        raise ConfigError(f"model.mixed_precision must be auto, bfloat16, float16 or no, got {m.mixed_precision!r}")
-    if m.device != "auto":
-        _check_device(m.device)
-    if r.engine not in ("hf", "vllm"):
-        raise ConfigError(f"rollout.engine must be 'hf' or 'vllm', got {r.engine!r}")
-    check_output_dir(t.output_dir)
-    config.mix_weights()
-    config.heldout_env()
-    from .strategies import make_strategy
-
-    make_strategy(config)
+# ----- value checks ---------------------------------------------------------------------------------
 
 
-MOPD_DTYPES = ("auto", "float32", "bfloat16", "float16")
+def _parsed(envs: Any, source: str) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    try:
+        return parse_mix(envs, source=source)
+    except CascadeError as exc:
+        raise ConfigError(str(exc)) from None
 
 
-def _validate_mopd_section(d: MOPDConfig) -> None:
-    """The ``mopd:`` values that do not depend on the algorithm (teachers: ``check_mopd_teachers``)."""
-    _number_in("mopd.eps_low", d.eps_low, low=0, high=1, low_open=True)
-    _number_in("mopd.eps_high", d.eps_high, low=1)
-    if d.normalization not in ("response", "token"):
-        raise ConfigError(f"mopd.normalization must be response or token, got {d.normalization!r}")
-    if d.teacher_dtype not in MOPD_DTYPES:
-        raise ConfigError(f"mopd.teacher_dtype must be one of {', '.join(MOPD_DTYPES)}, got {d.teacher_dtype!r}")
-    if d.teacher_engine not in ("hf", "vllm"):
-        raise ConfigError(f"mopd.teacher_engine must be hf or vllm, got {d.teacher_engine!r}")
+def _at_least_one(name: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1, got {value}")
 
 
-def mopd_teacher_paths(config: Config) -> dict[str, str]:
-    """``{mix env id: teacher path}`` from ``mopd.teachers`` and ``mopd.default_teacher`` (unchecked)."""
-    weights, _ = config.mix_weights()
-    d = config.mopd
-    paths: dict[str, str] = {}
-    for env_id in weights:
-        path = d.teachers.get(env_id, d.default_teacher)
-        if path is not None:
-            paths[env_id] = str(path)
-    return paths
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_mopd_teachers(config: Config) -> None:
-    """With ``algorithm: mopd``: every mix env has a teacher whose folder exists (``ConfigError`` naming the key)."""
-    from .model import model_path
-
-    d = config.mopd
-    if d.teacher_engine == "vllm" and config.rollout.temperature not in (0, 1):
-        raise ConfigError(f"mopd.teacher_engine: vllm scores with the raw (T = 1) distribution, but rollout.temperature "
-                          f"is {config.rollout.temperature}; use mopd.teacher_engine: hf or rollout.temperature: 1")
-    weights, _ = config.mix_weights()
-    missing = [env_id for env_id in weights if env_id not in d.teachers and d.default_teacher is None]
-    if missing:
-        raise ConfigError(f"mopd.teachers has no teacher for mix env(s) {', '.join(missing)}: add "
-                          "mopd.teachers.<env id>=<checkpoint folder> or set mopd.default_teacher")
-    entries = {f"mopd.teachers.{env_id}": path for env_id, path in d.teachers.items()}
-    if d.default_teacher is not None:
-        entries["mopd.default_teacher"] = d.default_teacher
-    auto = [key for key, path in entries.items() if path == "auto"]
-    if auto:
-        raise ConfigError(f"{', '.join(auto)}: 'auto' is resolved only by a cascade pipeline (cascade-envs train "
-                          "cascade.yaml picks each domain's teacher from earlier stages); to run this config on its "
-                          "own, set each with --set <key>=<teacher checkpoint folder>")
-    for key, path in entries.items():
-        if not isinstance(path, str) or not path.strip():
-            raise ConfigError(f"{key} must be a teacher checkpoint folder or 'embedded', got {path!r}")
-        try:
-            model_path(path)
-        except CascadeError as exc:
-            raise ConfigError(f"{key}: {exc}") from None
+def _number_in(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False, hint: str = "") -> None:
+    """``value`` must be a finite number in the interval (``low_open``: ``low`` excluded, likewise ``high``)."""
+    ok = _is_finite_number(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        if low is not None and high is not None:
+            where = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        elif low is not None:
+            where = f"{'>' if low_open else '>='} {low:g}"
+        else:
+            where = f"{'<' if high_open else '<='} {high:g}"
+        raise ConfigError(f"{name} must be a finite number {where}, got {value!r}{hint}")
 
 
 def _check_device(name: str) -> None:

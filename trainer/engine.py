@@ -1,49 +1,54 @@
 """Rollout engines: what generates the trainer's rollouts, and how it gets the newest weights.
 
 A ``RolloutEngine`` is a ``Policy`` (the rollout runner calls ``agenerate``) that can also receive
-the training model's weights after each optimizer step (``sync_weights``). Engines:
+the training model's weights after each optimizer step (``sync_weights``). Engines, by
+``rollout.engine`` (``make_engine``):
 
-- ``HFEngine`` (this module): Hugging Face transformers generation through ``HFPolicy``. When it
-  generates with the training model object itself, ``sync_weights`` has nothing to do.
-- ``VLLMEngine`` (``trainer/vllm_engine.py``): in-process vLLM, weights copied in place.
+- ``hf``: ``HFEngine`` (this module), Hugging Face transformers generation through ``HFPolicy``. When
+  it generates with the training model object itself, ``sync_weights`` has nothing to do.
+- ``vllm``: ``VLLMEngine`` (``trainer/vllm_engine.py``), in-process vLLM, weights copied in place.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
-from ..core import Completion, Message
+import torch
+
+from ..core import CascadeError, Completion, Message
 from ..policy import SamplingParams
+from .config import RolloutConfig
+from .vllm_engine import VLLMEngine
 
-if TYPE_CHECKING:
-    import torch
 
-
-class RolloutEngine:
+@runtime_checkable
+class RolloutEngine(Protocol):
     """A policy the runner can drive whose weights the trainer keeps current.
 
-    Subclasses implement ``agenerate``, ``sync_weights`` and ``aclose``; ``sleep``/``wake_up``
+    An engine implements ``agenerate``, ``sync_weights`` and ``aclose``; ``sleep``/``wake_up``
     (free and restore the engine's accelerator memory around the optimizer phase) do nothing
-    unless the engine can sleep.
+    unless the engine can sleep (a subclass inherits these no-ops).
     """
 
     async def agenerate(
         self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
-    ) -> Completion:
-        raise NotImplementedError
+    ) -> Completion: ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the next generations use ``model``'s current weights."""
-        raise NotImplementedError
+        ...
 
     def sleep(self) -> None:
         """Free the engine's accelerator memory while the trainer steps (no-op by default)."""
+        return None
 
     def wake_up(self) -> None:
         """Restore what ``sleep`` freed (no-op by default; the next generation may do it itself)."""
+        return None
 
     async def aclose(self) -> None:
         """Stop the engine's background work."""
+        ...
 
 
 class HFEngine(RolloutEngine):
@@ -62,7 +67,6 @@ class HFEngine(RolloutEngine):
     DEFAULT_MAX_BATCH_SIZE = 64
 
     def __init__(self, model: Any, tokenizer: Any, **policy_kwargs: Any):
-        from ..core import CascadeError
         from ..policies.hf import HFPolicy
 
         moved = sorted({"dtype", "device"} & set(policy_kwargs))
@@ -83,8 +87,6 @@ class HFEngine(RolloutEngine):
     def sync_weights(self, model: torch.nn.Module) -> None:
         if model is self.model:
             return
-        import torch
-
         with torch.no_grad():
             target = self.model.state_dict()
             for name, tensor in model.state_dict().items():
@@ -94,14 +96,8 @@ class HFEngine(RolloutEngine):
         await self.policy.aclose()
 
 
-def make_engine(kind: str, model: Any, tokenizer: Any, **kwargs: Any) -> RolloutEngine:
-    """Build the engine named in the config: ``hf`` or ``vllm``."""
-    if kind == "hf":
-        return HFEngine(model, tokenizer, **kwargs)
-    if kind == "vllm":
-        from .vllm_engine import VLLMEngine
-
-        return VLLMEngine(model, tokenizer, **kwargs)
-    from ..core import CascadeError
-
-    raise CascadeError(f"unknown rollout engine {kind!r}: use 'hf' or 'vllm'")
+def make_engine(rollout: RolloutConfig, model: Any, tokenizer: Any) -> RolloutEngine:
+    """The engine ``rollout.engine`` names, built with ``rollout.engine_kwargs``."""
+    engines: dict[str, Any] = {"hf": HFEngine, "vllm": VLLMEngine}
+    engine: RolloutEngine = engines[rollout.engine](model, tokenizer, **rollout.engine_kwargs)
+    return engine

@@ -21,11 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from ..core import CascadeError
+from ..defaults import DEFAULT_CONCURRENCY
 from ..env import run_sync
+from ..env_set import EnvSet
 from ..policy import SamplingParams
 from ..rollout.metrics import MixMetrics
 from ..rollout.runner import GroupResult, RolloutRunner
 from .config import ModelConfig
+from .engine import HFEngine
+from .model import load_model
 
 log = logging.getLogger("cascade_envs.trainer.evaluation")
 
@@ -61,14 +65,11 @@ def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
     after the other (prompt lengths differ by 100x between envs, so batching them together would pad every
     prompt to the longest); ``{env_id: {mean, questions, answers, scored, masked, errors, truncated,
     mask_reasons, time_s, key}}``. An env that cannot be made (e.g. a judged env without a judge) raises."""
-    from .engine import make_engine
-    from .model import load_model
-
     ids = list(settings.envs) if env_ids is None else env_ids
     if not ids:
         return {}
     loaded, tokenizer = load_model(replace(model, path=path))
-    engine = make_engine("hf", loaded.eval(), tokenizer)
+    engine = HFEngine(loaded.eval(), tokenizer)
     kwargs = settings.env_kwargs()
     sampling = SamplingParams(max_tokens=settings.max_tokens, temperature=0.0)
     results: dict[str, dict[str, Any]] = {}
@@ -89,20 +90,20 @@ def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
 
 
 def score_env(engine: Any, env_id: str, env_kwargs: dict[str, Any], sampling: SamplingParams, *,
-              group_size: int = 1, limit: int | None = None, concurrency: int = 64) -> dict[str, Any]:
+              group_size: int = 1, limit: int | None = None, concurrency: int = DEFAULT_CONCURRENCY) -> dict[str, Any]:
     """The first ``limit`` tasks of ``env_id`` (made with ``env_kwargs``) answered ``group_size`` times by
     ``engine``: ``{mean, questions, answers, scored, masked, errors, truncated, mask_reasons, time_s}``;
     masked answers are counted apart, never as 0 (``mean`` is ``None`` when nothing was scored)."""
     start = time.perf_counter()
-    runner = RolloutRunner(engine, sampling=sampling, group_size=group_size, env_kwargs={env_id: env_kwargs},
-                           concurrency=concurrency)
+    envs = EnvSet({env_id: env_kwargs})
     try:
-        tasks = list(runner.env(env_id).tasks or ())[:limit]
+        tasks = list(envs.env(env_id).tasks or ())[:limit]
         if not tasks:
             raise CascadeError(f"{env_id} has no tasks to evaluate; give it a tasks file")
+        runner = RolloutRunner(engine, sampling=sampling, group_size=group_size, envs=envs, concurrency=concurrency)
         groups = runner.run([(env_id, task) for task in tasks])
     finally:
-        runner.close()
+        envs.close()
     return {**_summary(env_id, groups, len(tasks)), "time_s": round(time.perf_counter() - start, 3)}
 
 

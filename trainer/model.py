@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,8 @@ from .._extras import require
 from ..core import CascadeError
 from ..policies.decoding import left_pad
 from ..policies.shared_decoding import cache_keyword
-from .batch import TrainSequence
-from .config import ModelConfig
+from .config import ModelConfig, model_path
+from .sequence import TrainSequence
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,20 +52,6 @@ def autocast(config: ModelConfig, device: torch.device) -> Any:
     if name == "no":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=DTYPES[name])
-
-
-def model_path(path: str) -> Path:
-    """The folder of ``path`` (``embedded``: the packaged SmolLM2-135M-Instruct); a clear error if absent."""
-    if path == "embedded":
-        from ..policies.embedded import embedded_model_path
-
-        return Path(embedded_model_path())
-    folder = Path(path).expanduser()
-    if not folder.exists():
-        raise CascadeError(f"model path {path!r} does not exist (give a local Hugging Face model folder or 'embedded')")
-    if not (folder / "config.json").is_file():
-        raise CascadeError(f"model path {path!r} is not a Hugging Face model folder (no config.json)")
-    return folder
 
 
 def load_model(config: ModelConfig, path: str | Path | None = None) -> tuple[Any, Any]:
@@ -129,41 +116,21 @@ class MicroBatch:
     """1 on trained response tokens (sampled by the policy), 0 on env/template tokens and padding."""
     advantages: Tensor
     sequences: list[TrainSequence]
-    inference_logp: Tensor | None = None
-    """The engine's log-probs of the response tokens (NaN where it reported none), or None."""
-    teacher_logp: Tensor | None = None
-    """The domain teachers' log-probs of the response tokens (NaN on padding), or None when no
-    sequence has them (``TrainSequence.teacher_logprobs``)."""
-    teacher_top1: Tensor | None = None
-    """1.0 where the response token is its teacher's most likely token, else 0.0; with ``teacher_logp``."""
-
-
-def _padded(values: list[float] | None, length: int, width: int, mask: list[int]) -> list[float]:
-    """One row: ``values`` where valid and masked in, NaN elsewhere (missing or wrong-length values too)."""
-    nan = float("nan")
-    row = values if values is not None and len(values) == length else [nan] * length
-    return [float(v) if m else nan for v, m in zip(row, mask, strict=False)] + [nan] * (width - length)
 
 
 def collate(sequences: list[TrainSequence], pad_id: int, device: torch.device) -> MicroBatch:
     """Pack sequences in the left-padded-prompt / right-padded-response layout."""
     p = max(len(s.prompt_ids) for s in sequences)
     r = max(max(len(s.response_ids) for s in sequences), 1)
-    ids, attn, resp, rmask, inf, teacher, top1 = [], [], [], [], [], [], []
+    ids, attn, resp, rmask = [], [], [], []
     for s in sequences:
         lp, lr = len(s.prompt_ids), len(s.response_ids)
         ids.append([pad_id] * (p - lp) + s.prompt_ids + s.response_ids + [pad_id] * (r - lr))
         attn.append([0] * (p - lp) + [1] * (lp + lr) + [0] * (r - lr))
         resp.append(s.response_ids + [pad_id] * (r - lr))
         rmask.append(list(s.loss_mask or [1] * lr) + [0] * (r - lr))
-        inf.append(_padded(s.logprobs, lr, r, rmask[-1]))
-        teacher.append(_padded(s.teacher_logprobs, lr, r, rmask[-1]))
-        agree = [float(x) for x in s.teacher_top1] if s.teacher_top1 is not None else None
-        top1.append([0.0 if v != v else v for v in _padded(agree, lr, r, rmask[-1])])  # NaN -> 0
     attention_mask = torch.tensor(attn, dtype=torch.long, device=device)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    has_inference = any(s.logprobs is not None for s in sequences)
-    has_teacher = any(s.teacher_logprobs is not None for s in sequences)
     return MicroBatch(
         input_ids=torch.tensor(ids, dtype=torch.long, device=device),
         attention_mask=attention_mask,
@@ -172,9 +139,6 @@ def collate(sequences: list[TrainSequence], pad_id: int, device: torch.device) -
         response_mask=torch.tensor(rmask, dtype=torch.float32, device=device),
         advantages=torch.tensor([s.advantage for s in sequences], dtype=torch.float32, device=device),
         sequences=sequences,
-        inference_logp=torch.tensor(inf, dtype=torch.float32, device=device) if has_inference else None,
-        teacher_logp=torch.tensor(teacher, dtype=torch.float32, device=device) if has_teacher else None,
-        teacher_top1=torch.tensor(top1, dtype=torch.float32, device=device) if has_teacher else None,
     )
 
 
@@ -283,8 +247,7 @@ def token_logprobs(logits: Tensor, tokens: Tensor, entropy: bool = False) -> Ten
     return (logp, torch.cat(entropies)) if entropy else logp
 
 
-def micro_batches(sequences: list[TrainSequence], size: int) -> list[list[TrainSequence]]:
-    """Split into micro-batches of similar lengths (less padding); the order is deterministic."""
+def micro_batches(sequences: Sequence[TrainSequence], size: int) -> list[list[int]]:
+    """The indices of each micro-batch: sequences of similar lengths together (less padding), deterministic."""
     order = sorted(range(len(sequences)), key=lambda i: (len(sequences[i].prompt_ids) + len(sequences[i].response_ids), i))
-    ordered = [sequences[i] for i in order]
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    return [order[i : i + size] for i in range(0, len(order), size)]

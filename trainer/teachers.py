@@ -1,84 +1,132 @@
-"""MOPD domain teachers: per-token log-probs of the student's sampled tokens under each example's teacher.
+"""MOPD teachers, every rule in one place: which teacher each env gets, what a teacher may be, how a
+pipeline picks one, and how they are loaded.
 
-``TeacherPool`` maps each env id to a teacher (``mopd.teachers`` / ``mopd.default_teacher``), loads
-every distinct checkpoint once (env ids sharing a folder share one frozen model, in eval mode, on
-the trainer's device) and, each step, groups the batch's sequences by teacher so that each teacher
-scores all of its sequences in one call (micro-batched like the policy: ``collate``,
-``response_logits``, ``token_logprobs``, logits divided by the sampling temperature). The results go
-on each ``TrainSequence`` (``teacher_logprobs``, ``teacher_top1``) and ``collate`` pads them into
-``MicroBatch.teacher_logp``, so the loop hands them to the loss like any other log-prob source.
-
-Scorers follow the ``TeacherScorer`` protocol: a transformers forward pass (``HFTeacher``,
-``mopd.teacher_engine: hf``) or vLLM prompt logprobs (``VLLMTeacher`` in ``vllm_teacher``,
-``teacher_engine: vllm``: one ``generate`` call per teacher per step, raw T = 1 distribution).
-
-Teachers must share the student's tokenizer (teachers are earlier checkpoints of the same model,
-RECIPE.md §MOPD): a teacher whose vocabulary differs is a ``ConfigError`` naming it.
+- ``teacher_refs``: ``{mix env id: teacher}`` from ``mopd.teachers``, else ``mopd.default_teacher``;
+  the one function behind a run's teachers and a pipeline stage's;
+- ``check_teachers``: a run can train with them (every mix env has one, each is a model folder,
+  ``auto`` is left to a pipeline, vLLM teachers need temperature 0 or 1);
+- ``choose_teachers``: a pipeline resolves ``auto`` (the evaluated checkpoint with the best score on
+  that env, ties to the later one), ``start`` and earlier stages' names into folders;
+- ``load_teachers``: the ``teacher`` log-prob source (``sources.RoutedSource``): each distinct folder
+  loaded once, frozen, on the trainer's device, as an ``HFScorer`` (``mopd.teacher_engine: hf``) or a
+  ``VLLMTeacher`` (``vllm``), and refused unless it shares the student's tokenizer (teachers are
+  earlier checkpoints of the same model, RECIPE.md §MOPD).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from ..core import CascadeError
-from .batch import TrainSequence
-from .config import Config, ConfigError, ModelConfig, mopd_teacher_paths
-from .model import collate, load_model, micro_batches, model_path, response_logits, token_logprobs
+from .config import ConfigError, ModelConfig, MOPDConfig, WeightDtype, model_path
+from .model import load_model
+from .sources import HFScorer, LogprobSource, RoutedSource
+from .vllm_teacher import GREEDY_TEMPERATURES, VLLMTeacher
+
+AUTO = "auto"
+"""A teacher a pipeline picks by score."""
+
+
+def teacher_refs(mopd: MOPDConfig, env_ids: Iterable[str]) -> dict[str, str]:
+    """``{env id: teacher}`` for each of ``env_ids`` that ``mopd.teachers`` or ``mopd.default_teacher`` gives one."""
+    refs = {env_id: mopd.teachers.get(env_id, mopd.default_teacher) for env_id in env_ids}
+    return {env_id: str(ref) for env_id, ref in refs.items() if ref is not None}
+
+
+def _where(mopd: MOPDConfig, env_id: str) -> str:
+    return f"mopd.teachers.{env_id}" if env_id in mopd.teachers else "mopd.default_teacher"
+
+
+def check_teachers(mopd: MOPDConfig, env_ids: Iterable[str], temperature: float) -> None:
+    """Every mix env has a teacher whose folder exists (``ConfigError`` naming the key)."""
+    if mopd.teacher_engine == "vllm" and temperature not in GREEDY_TEMPERATURES:
+        raise ConfigError(f"mopd.teacher_engine: vllm scores with the raw (T = 1) distribution, but rollout.temperature "
+                          f"is {temperature}; use mopd.teacher_engine: hf or rollout.temperature: 1")
+    env_ids = list(env_ids)
+    missing = [env_id for env_id in env_ids if env_id not in teacher_refs(mopd, env_ids)]
+    if missing:
+        raise ConfigError(f"mopd.teachers has no teacher for mix env(s) {', '.join(missing)}: add "
+                          "mopd.teachers.<env id>=<checkpoint folder> or set mopd.default_teacher")
+    entries = {f"mopd.teachers.{env_id}": path for env_id, path in mopd.teachers.items()}
+    if mopd.default_teacher is not None:
+        entries["mopd.default_teacher"] = mopd.default_teacher
+    auto = [key for key, path in entries.items() if path == AUTO]
+    if auto:
+        raise ConfigError(f"{', '.join(auto)}: 'auto' is resolved only by a cascade pipeline (cascade-envs train "
+                          "cascade.yaml picks each domain's teacher from earlier stages); to run this config on its "
+                          "own, set each with --set <key>=<teacher checkpoint folder>")
+    for key, path in entries.items():
+        if not isinstance(path, str) or not path.strip():
+            raise ConfigError(f"{key} must be a teacher checkpoint folder or 'embedded', got {path!r}")
+        try:
+            model_path(path)
+        except CascadeError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+
+
+# ----- a pipeline's choice ----------------------------------------------------------------------------
 
 
 @dataclass
-class TeacherScores:
-    """One sequence's teacher scores, one entry per response token."""
+class Candidate:
+    """A checkpoint a teacher can be chosen from: the start model or a finished stage."""
 
-    logprobs: list[float]
-    top1: list[bool]
-
-
-class TeacherScorer(Protocol):
-    """Scores sampled response tokens under one teacher (``HFTeacher``, ``VLLMTeacher``)."""
-
-    name: str
-
-    def score(self, sequences: list[TrainSequence]) -> list[TeacherScores]:
-        """Per-token log-probs of each sequence's response tokens, and top-1 agreement."""
-        ...
+    label: str
+    checkpoint: str
+    scores: dict[str, dict[str, Any]]
 
 
-class HFTeacher:
-    """A frozen transformers model scoring response tokens with a forward pass (no gradient)."""
+def choose_teachers(stage: str, refs: dict[str, str], candidates: list[Candidate], eval_envs: list[str],
+                    stages: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Resolve ``refs`` (``auto``, a candidate's label, or a folder) against ``candidates`` (in pipeline
+    order; ``stages``: every stage's name, so one that has not run yet is refused); returns the teacher
+    folders and, per env, the choice made and why."""
+    by_label = {c.label: c for c in candidates}
+    teachers: dict[str, str] = {}
+    choices: dict[str, dict[str, Any]] = {}
+    for env_id, ref in refs.items():
+        key = f"stage {stage}: mopd.teachers.{env_id}"
+        if ref == AUTO:
+            if env_id not in eval_envs:
+                raise ConfigError(f"{key} is auto, but {env_id} is not evaluated: add it to eval.envs (with held-out "
+                                  "tasks) so the teacher can be chosen by score, or name a checkpoint")
+            means = [(c, (c.scores.get(env_id) or {}).get("mean")) for c in candidates]
+            scored = [(c, float(v)) for c, v in means if isinstance(v, (int, float))]
+            if not scored:
+                raise ConfigError(f"{key} is auto, but no checkpoint has a score on {env_id} (every answer was "
+                                  "masked or it was never evaluated): fix its judge/verifier or name a checkpoint")
+            best = max(value for _, value in scored)
+            chosen = [c for c, value in scored if value == best][-1]  # ties: the later stage
+            teachers[env_id] = chosen.checkpoint
+            choices[env_id] = {"from": chosen.label, "checkpoint": chosen.checkpoint, "score": best, "rule": "auto",
+                               "scores": {c.label: value for c, value in scored}}
+        elif ref in by_label:
+            teachers[env_id] = by_label[ref].checkpoint
+            choices[env_id] = {"from": ref, "checkpoint": by_label[ref].checkpoint, "rule": "named"}
+        elif ref in stages:
+            raise ConfigError(f"{key} names stage {ref!r}, which does not run before it")
+        else:
+            teachers[env_id] = ref
+            choices[env_id] = {"from": ref, "checkpoint": ref, "rule": "path"}
+    return teachers, choices
 
-    def __init__(self, name: str, model: Any, *, pad_id: int, micro_batch_size: int, temperature: float = 1.0):
-        self.name = name
-        self.model = model.eval().requires_grad_(False)
-        self.pad_id = pad_id
-        self.micro_batch_size = micro_batch_size
-        self.temperature = temperature if temperature > 0 else 1.0
-        self.device = next(model.parameters()).device
 
-    @torch.no_grad()
-    def score(self, sequences: list[TrainSequence]) -> list[TeacherScores]:
-        index = {id(s): i for i, s in enumerate(sequences)}
-        out: list[TeacherScores | None] = [None] * len(sequences)
-        for part in micro_batches(sequences, self.micro_batch_size):
-            mb = collate(part, self.pad_id, self.device)
-            logits = response_logits(self.model, mb)
-            if self.temperature != 1.0:
-                logits = logits / self.temperature
-            logp = token_logprobs(logits, mb.response_ids)
-            assert isinstance(logp, torch.Tensor)
-            top1 = logits.argmax(dim=-1) == mb.response_ids
-            for row, seq in enumerate(part):
-                n = len(seq.response_ids)
-                out[index[id(seq)]] = TeacherScores(logp[row, :n].tolist(), top1[row, :n].tolist())
-        return [s if s is not None else TeacherScores([], []) for s in out]
+def teacher_line(stage: str, choices: dict[str, dict[str, Any]]) -> str:
+    parts = []
+    for env_id, choice in choices.items():
+        score = f" ({choice['score']:.3f}, best of {len(choice['scores'])})" if choice["rule"] == "auto" else ""
+        parts.append(f"{env_id} <- {choice['from']}{score}")
+    return f"{stage}: MOPD teachers: " + "; ".join(parts)
 
 
-def teacher_dtype(name: str, device: torch.device) -> str:
+# ----- loading ---------------------------------------------------------------------------------------
+
+
+def teacher_dtype(name: WeightDtype, device: torch.device) -> WeightDtype:
     """``mopd.teacher_dtype`` for ``load_model`` (``auto``: bfloat16 on GPU, float32 on CPU)."""
     if name == "auto":
         return "bfloat16" if device.type == "cuda" else "float32"
@@ -98,65 +146,28 @@ def check_same_vocabulary(name: str, t_size: int, teacher_tokenizer: Any, studen
                           "MOPD teachers must share the student's tokenizer")
 
 
-class TeacherPool:
-    """The step's teacher scoring, grouped by teacher; see the module docstring.
-
-    ``scorers`` maps a teacher key (its folder) to its scorer, ``assignment`` each env id to a key.
-    ``from_config`` loads them from ``mopd:``.
-    """
-
-    def __init__(self, scorers: Mapping[str, TeacherScorer], assignment: Mapping[str, str]):
-        unknown = sorted(set(assignment.values()) - set(scorers))
-        if unknown:
-            raise ConfigError(f"mopd.teachers: no scorer for teacher(s) {', '.join(unknown)}")
-        self.scorers = dict(scorers)
-        self.assignment = dict(assignment)
-
-    @classmethod
-    def from_config(cls, config: Config, student: Any, student_tokenizer: Any, pad_id: int) -> TeacherPool:
-        """Load each distinct teacher folder once (``mopd.teacher_engine``), check its vocabulary."""
-        device = next(student.parameters()).device
-        dtype = teacher_dtype(config.mopd.teacher_dtype, device)
-        paths = mopd_teacher_paths(config)
-        scorers: dict[str, TeacherScorer] = {}
-        assignment: dict[str, str] = {}
-        for env_id, path in paths.items():
-            folder = str(model_path(path).resolve())
-            assignment[env_id] = folder
-            if folder in scorers:
-                continue
-            where = (f"mopd.teachers.{env_id}" if env_id in config.mopd.teachers else "mopd.default_teacher")
-            if config.mopd.teacher_engine == "vllm":
-                from .vllm_teacher import VLLMTeacher
-
-                kwargs = {"dtype": dtype, **config.mopd.teacher_engine_kwargs}
-                scorer = VLLMTeacher(where, folder, temperature=config.rollout.temperature, **kwargs)
-                check_same_vocabulary(f"{where} ({path})", scorer.vocab_size, scorer.tokenizer(), student,
-                                      student_tokenizer)
-                scorers[folder] = scorer
-                continue
-            model_config = ModelConfig(path=path, dtype=dtype, device=str(device), gradient_checkpointing=False)
-            model, tokenizer = load_model(model_config)
-            check_same_vocabulary(f"{where} ({path})", model.get_output_embeddings().weight.shape[0], tokenizer,
-                                  student, student_tokenizer)
-            scorers[folder] = HFTeacher(where, model, pad_id=pad_id, micro_batch_size=config.optim.micro_batch_size,
-                                        temperature=config.rollout.temperature)
-        return cls(scorers, assignment)
-
-    def teacher_of(self, env_id: str) -> str:
-        if env_id not in self.assignment:
-            raise ConfigError(f"mopd.teachers has no teacher for env {env_id}")
-        return self.assignment[env_id]
-
-    def score(self, sequences: list[TrainSequence]) -> dict[str, float]:
-        """Fill ``teacher_logprobs``/``teacher_top1`` of every sequence, one scorer call per teacher."""
-        start = time.perf_counter()
-        groups: dict[str, list[TrainSequence]] = {}
-        for seq in sequences:
-            groups.setdefault(self.teacher_of(seq.env_id), []).append(seq)
-        for key, members in groups.items():
-            for seq, scores in zip(members, self.scorers[key].score(members), strict=True):
-                if len(scores.logprobs) != len(seq.response_ids):
-                    raise CascadeError(f"teacher {key} scored {len(scores.logprobs)} of {len(seq.response_ids)} tokens")
-                seq.teacher_logprobs, seq.teacher_top1 = scores.logprobs, scores.top1
-        return {"time/teacher_s": time.perf_counter() - start, "mopd/teachers_used": float(len(groups))}
+def load_teachers(mopd: MOPDConfig, env_ids: Iterable[str], *, temperature: float, micro_batch_size: int,
+                  student: Any, student_tokenizer: Any, pad_id: int) -> RoutedSource:
+    """The ``teacher`` source of ``env_ids``: each distinct folder loaded once, its vocabulary checked."""
+    device = next(student.parameters()).device
+    dtype = teacher_dtype(mopd.teacher_dtype, device)
+    scorers: dict[str, LogprobSource] = {}
+    assignment: dict[str, str] = {}
+    for env_id, path in teacher_refs(mopd, env_ids).items():
+        folder = str(model_path(path).resolve())
+        assignment[env_id] = folder
+        if folder in scorers:
+            continue
+        where = f"{_where(mopd, env_id)} ({path})"
+        if mopd.teacher_engine == "vllm":
+            kwargs = {"dtype": dtype, **mopd.teacher_engine_kwargs}
+            teacher = VLLMTeacher(_where(mopd, env_id), folder, temperature=temperature, **kwargs)
+            check_same_vocabulary(where, teacher.vocab_size, teacher.tokenizer(), student, student_tokenizer)
+            scorers[folder] = teacher
+            continue
+        model_config = ModelConfig(path=path, dtype=dtype, device=str(device), gradient_checkpointing=False)
+        model, tokenizer = load_model(model_config)
+        check_same_vocabulary(where, model.get_output_embeddings().weight.shape[0], tokenizer, student, student_tokenizer)
+        scorers[folder] = HFScorer(_where(mopd, env_id), model, pad_id=pad_id, micro_batch_size=micro_batch_size,
+                                   temperature=temperature)
+    return RoutedSource("teacher", scorers, assignment)

@@ -37,9 +37,7 @@ import asyncio
 import concurrent.futures
 import functools
 import itertools
-import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -51,8 +49,8 @@ from typing import Any
 from .._extras import require
 from ..core import CascadeError, Completion, Message
 from ..policies.decoding import end_token_ids
-from ..policy import PolicyError, SamplingParams, render_chat_prompt
-from .engine import RolloutEngine
+from ..policy import ContextOverflowError, PolicyError, SamplingParams, render_chat_prompt
+from .vllm_setup import checkpoint_names, in_process_vllm_environment, model_folder, reprocess_shared_weights
 
 log = logging.getLogger("cascade_envs.trainer.vllm")
 
@@ -66,8 +64,8 @@ class _Request:
     future: concurrent.futures.Future
 
 
-class VLLMEngine(RolloutEngine):
-    """A ``RolloutEngine`` backed by an in-process ``vllm.LLM``.
+class VLLMEngine:
+    """A ``RolloutEngine`` (``engine.py``) backed by an in-process ``vllm.LLM``.
 
     ``model`` is a local checkpoint folder or the trainer's model (a transformers
     ``PreTrainedModel`` whose ``name_or_path`` is that folder; its current weights are synced in
@@ -93,7 +91,7 @@ class VLLMEngine(RolloutEngine):
         if bucket_mb < 1:
             raise ValueError(f"bucket_mb must be >= 1, got {bucket_mb}")
         trainer_model = None if isinstance(model, (str, Path)) else model
-        path = _model_folder(model)
+        path = model_folder(model)
         in_process_vllm_environment()
         import vllm
         from vllm.platforms import current_platform
@@ -129,7 +127,7 @@ class VLLMEngine(RolloutEngine):
         self.dtype = config.model_config.dtype
         self.device = config.device_config.device
         self.max_model_len: int = config.model_config.max_model_len
-        self._checkpoint_names = _checkpoint_names(path)
+        self._checkpoint_names = checkpoint_names(path)
         self._lock = threading.RLock()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._inflight: dict[str, _Request] = {}
@@ -170,14 +168,15 @@ class VLLMEngine(RolloutEngine):
         )
 
     def _request(self, messages: list[Message], sampling: SamplingParams, thinking: bool) -> _Request:
-        """Validate and tokenise one request; what is wrong with it raises ``PolicyError`` here."""
+        """Validate and tokenise one request; what is wrong with it raises ``PolicyError`` here (a prompt
+        that does not fit ``max_model_len``: ``ContextOverflowError``, so the runner truncates the episode)."""
         if self._closed:
             raise PolicyError("this VLLMEngine was closed")
         if self._failure:
             raise PolicyError(f"the vLLM engine failed earlier: {self._failure}")
         prompt_ids = self.encode_prompt(messages, thinking)
         if len(prompt_ids) >= self.max_model_len:
-            raise PolicyError(f"the prompt has {len(prompt_ids)} tokens; max_model_len is {self.max_model_len}")
+            raise ContextOverflowError(f"the prompt has {len(prompt_ids)} tokens; max_model_len is {self.max_model_len}")
         return _Request(str(next(self._ids)), prompt_ids, self._params(sampling), concurrent.futures.Future())
 
     def _submit(self, requests: list[_Request]) -> list[concurrent.futures.Future]:
@@ -302,7 +301,7 @@ class VLLMEngine(RolloutEngine):
                 "reload_weights",
                 kwargs={"weights_iterator": self._buckets(named, bucket_bytes), "is_checkpoint_format": True},
             )
-            self.llm.apply_model(_reprocess_shared_weights)
+            self.llm.apply_model(reprocess_shared_weights)
             self.llm.reset_prefix_cache()
         log.info("synced %d tensors into vLLM in %.2f s", len(named), time.perf_counter() - start)
 
@@ -367,25 +366,6 @@ class VLLMEngine(RolloutEngine):
         await asyncio.to_thread(self.close)
 
 
-def _reprocess_shared_weights(model: Any) -> int:
-    """Redo the post-load processing of layers that share one weight (tied embeddings).
-
-    The in-place reload processes a layer when its own weights arrive; a tied ``lm_head`` gets none
-    (the checkpoint only has the embedding), so a backend that derives kernel data from the weight
-    (the CPU backend prepacks the lm_head for its GEMM) would keep computing logits with the old
-    values. Reprocessing is idempotent, and a no-op for unquantized layers on GPU.
-    """
-    groups: dict[int, list[Any]] = {}
-    for module in model.modules():
-        weight = module._parameters.get("weight")
-        if weight is not None and hasattr(module, "quant_method"):
-            groups.setdefault(id(weight), []).append(module)
-    shared = [m for group in groups.values() if len(group) > 1 for m in group]
-    for module in shared:
-        module.quant_method.process_weights_after_loading(module)
-    return len(shared)
-
-
 def _settle(future: concurrent.futures.Future, *, result: Any = None, error: Exception | None = None) -> None:
     """Resolve a future unless its caller already gave up on it."""
     try:
@@ -411,34 +391,3 @@ def _completion(out: Any, prompt_ids: list[int]) -> Completion:
         logprobs=logprobs,
         prompt_token_ids=list(prompt_ids),
     )
-
-
-def in_process_vllm_environment() -> None:
-    """Set before an in-process ``vllm.LLM`` is built: its engine core and worker stay in this process."""
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-
-
-def _model_folder(model: Any) -> Path:
-    """The local checkpoint folder of a path or a transformers model."""
-    source = model if isinstance(model, (str, Path)) else getattr(model, "name_or_path", None)
-    if not source or not Path(source).is_dir():
-        what = repr(str(source)) if source else f"a {type(model).__name__} without name_or_path"
-        raise CascadeError(f"the vLLM engine needs a local checkpoint folder, got {what}")
-    return Path(source)
-
-
-def _checkpoint_names(folder: Path) -> set[str] | None:
-    """Tensor names in the folder's safetensors checkpoint (None when it has none)."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        return set(json.loads(index.read_text())["weight_map"])
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    from safetensors import safe_open
-
-    names: set[str] = set()
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            names.update(handle.keys())
-    return names

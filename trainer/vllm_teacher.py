@@ -7,29 +7,29 @@ its log-prob and a top-1 flag (rank 1) in one prefill, env tokens (``loss_mask``
 
 **Temperature.** vLLM computes prompt logprobs from the raw logits (``log_softmax(logits)``; the
 request's temperature and ``logprobs_mode`` only shape sampled tokens), and the top-k it returns
-cannot be rescaled to ``logits / T``. The transformers teacher (``HFTeacher``) scores with
+cannot be rescaled to ``logits / T``. The transformers teacher (``sources.HFScorer``) scores with
 ``logits / T``, so the two agree only at ``T = 1`` (and greedy ``T = 0``, which both score at 1):
-``check_mopd_teachers`` rejects ``teacher_engine: vllm`` with any other ``rollout.temperature``.
+``teachers.check_teachers`` rejects ``teacher_engine: vllm`` with any other ``rollout.temperature``.
 
 The engine is built like the rollout engine's (``VLLMEngine``): in-process (no engine-core process),
 eager on CPU, explicit sampling only (``generation_config="vllm"``), extra keyword arguments to
 ``vllm.LLM`` (``mopd.teacher_engine_kwargs``). A rank tie with another token reports ``top1`` false
-where ``HFTeacher``'s argmax may pick the sampled token; with real-valued logits ties are rare.
+where ``HFScorer``'s argmax may pick the sampled token; with real-valued logits ties are rare.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .._extras import require
 from ..core import CascadeError
-from .batch import TrainSequence
-from .teachers import TeacherScores
-from .vllm_engine import _model_folder, in_process_vllm_environment
+from .sequence import TokenScores, TrainSequence
+from .vllm_setup import in_process_vllm_environment, model_folder
 
 GREEDY_TEMPERATURES = (0.0, 1.0)
-"""Rollout temperatures at which vLLM's prompt logprobs equal ``HFTeacher``'s ``log_softmax(logits / T)``."""
+"""Rollout temperatures at which vLLM's prompt logprobs equal ``HFScorer``'s ``log_softmax(logits / T)``."""
 
 
 class VLLMTeacher:
@@ -45,7 +45,7 @@ class VLLMTeacher:
             raise CascadeError(f"{name}: vLLM prompt logprobs are of the raw distribution (T = 1); rollout "
                                f"temperature {temperature} needs mopd.teacher_engine: hf")
         require("vllm", "the vLLM MOPD teacher")
-        folder = _model_folder(path)
+        folder = model_folder(path)
         in_process_vllm_environment()
         import vllm
         from vllm.platforms import current_platform
@@ -65,7 +65,7 @@ class VLLMTeacher:
         """The teacher's tokenizer (for the same-vocabulary check)."""
         return self.llm.get_tokenizer()
 
-    def score(self, sequences: list[TrainSequence]) -> list[TeacherScores]:
+    def score(self, sequences: Sequence[TrainSequence]) -> list[TokenScores]:
         """Per-token log-probs and top-1 flags of each sequence's response tokens, in one ``generate``."""
         if not sequences:
             return []
@@ -83,7 +83,7 @@ class VLLMTeacher:
                                f"{self.max_model_len}; raise mopd.teacher_engine_kwargs.max_model_len")
         return ids
 
-    def _read(self, out: Any, seq: TrainSequence) -> TeacherScores:
+    def _read(self, out: Any, seq: TrainSequence) -> TokenScores:
         """The response positions of one request's prompt logprobs."""
         start = len(seq.prompt_ids)
         steps = list(out.prompt_logprobs or [])[start:]
@@ -98,7 +98,7 @@ class VLLMTeacher:
                 raise CascadeError(f"{self.name}: vLLM's prompt logprobs lack token {token}")
             logprobs.append(float(entry.logprob))
             top1.append(entry.rank == 1)
-        return TeacherScores(logprobs, top1)
+        return TokenScores(logprobs, top1)
 
     def close(self) -> None:
         """Shut the engine core down (frees its memory)."""

@@ -26,7 +26,7 @@ def attach_ray(mix: EnvMix, address: str | None, *, env_actors: int = 0,
 
     ``address``: ``None`` leaves the mix as it is (Ray is not imported); ``"auto"`` joins a running
     cluster; ``"local"`` starts a local Ray with this machine's CPUs. Call it before handing
-    ``mix.envs`` to a runner. Closing the mix kills the actors (and stops a Ray started here).
+    ``mix.envs`` to a runner. Closing ``mix.envs`` kills the actors (and stops a Ray started here).
     """
     if address is None:
         return mix
@@ -35,7 +35,7 @@ def attach_ray(mix: EnvMix, address: str | None, *, env_actors: int = 0,
         for env_id, env in mix.envs.items():
             if isinstance(env, RayEnv):
                 continue
-            kwargs = {**mix.env_kwargs.get(env_id, {}), "tasks": []}  # rows come with each call
+            kwargs = {**mix.envs.env_kwargs.get(env_id, {}), "tasks": []}  # rows come with each call
             pool = ActorPool(env_id, kwargs, num_actors=env_actors,
                              actor_options=actor_options, address=address)
             try:
@@ -47,7 +47,8 @@ def attach_ray(mix: EnvMix, address: str | None, *, env_actors: int = 0,
         for proxy in attached.values():
             _close_pool(proxy.pool)
         raise
-    mix.envs.update(attached)
+    for env_id, proxy in attached.items():
+        mix.envs[env_id] = proxy
     return mix
 
 

@@ -12,15 +12,15 @@ Every episode of the run ends up in the results — scored, or marked with the e
 (a dead policy server, a broken task) as a masked reward — and each finished group is appended to
 the results file at once, so a crash loses nothing already done.
 
-Envs: the runner plays on the env instances it is given (``envs=``, e.g. an ``EnvMix``'s, owned by
-the caller) and makes the others once per env id, owning them: ``aclose`` (or ``async with``)
-closes those, with every client, pool and sandbox they hold.
+Envs: the runner plays on an ``EnvSet`` (one instance per env id). Given one (``envs=``, e.g. an
+``EnvMix``'s), it leaves closing it to its maker; otherwise it makes its own from ``env_kwargs`` (and
+the instances in a plain ``envs`` mapping, which stay their maker's to close), and ``aclose`` (or
+``async with``) closes what that set made, with every client, pool and sandbox they hold.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -34,8 +34,8 @@ from ..core import Completion, Message, Reward, Row
 from ..data import Loaded, task_id
 from ..defaults import DEFAULT_CONCURRENCY
 from ..env import Env, Episode, run_sync
+from ..env_set import EnvSet
 from ..policy import ContextOverflowError, Policy, SamplingParams
-from ..registry import make
 from ..trajectory import Trajectory, TurnRecord
 
 log = logging.getLogger("cascade_envs.rollout")
@@ -129,13 +129,12 @@ class RolloutRunner:
         self.sampling = sampling or SamplingParams()
         self.group_size = group_size
         self.concurrency = concurrency
-        self.env_kwargs = {k: dict(v) for k, v in (env_kwargs or {}).items()}
+        self.envs = envs if isinstance(envs, EnvSet) else EnvSet(env_kwargs, borrowed=envs)
+        self._owns_envs = self.envs is not envs
         self.results_path = Path(results_path) if results_path else None
         self.progress = progress
         self.episode_timeout_s = episode_timeout_s
         self.max_episode_tokens = max_episode_tokens
-        self._given: dict[str, Env] = dict(envs or {})
-        self._owned: dict[str, Env] = {}
         self._warned_prefix: set[str] = set()
         self._generating = 0
         self._busy_since = 0.0
@@ -144,23 +143,10 @@ class RolloutRunner:
 
     # ----- envs and lifecycle --------------------------------------------------------------------
 
-    def env(self, env_id: str) -> Env:
-        """The env instance that plays ``env_id`` in this runner (made once, on first use)."""
-        if env_id in self._given:
-            return self._given[env_id]
-        if env_id not in self._owned:
-            env = make(env_id, **self.env_kwargs.get(env_id, {}))
-            if not isinstance(env, Env):
-                raise TypeError(f"{env_id} is a {type(env).__name__}, not a cascade_envs.Env: the runner cannot play it")
-            self._owned[env_id] = env
-        return self._owned[env_id]
-
     async def aclose(self) -> None:
-        """Close the envs this runner made (not those it was given)."""
-        owned, self._owned = self._owned, {}
-        for env in owned.values():
-            with contextlib.suppress(Exception):
-                await env.aclose()
+        """Close the envs this runner made (not a set it was given)."""
+        if self._owns_envs:
+            await self.envs.aclose()
 
     def close(self) -> None:
         run_sync(self.aclose())
@@ -189,7 +175,7 @@ class RolloutRunner:
         async def play_group(index: int, env_id: str, item: Row | Loaded[Any]) -> GroupResult:
             group = GroupResult(env_id, _safe_task_id(item), item.row if isinstance(item, Loaded) else item)
             try:
-                env = self.env(env_id)
+                env = self.envs.env(env_id)
             except Exception as exc:
                 self._fail(group, index, f"cannot make {env_id}: {type(exc).__name__}: {exc}")
             else:

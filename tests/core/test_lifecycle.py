@@ -77,7 +77,7 @@ def test_a_run_leaves_no_process_client_or_temp_dir_behind(private_tmp):
     assert list(private_tmp.iterdir()) == []
 
 
-def test_the_mix_owns_its_envs_and_closes_them():
+def test_the_mix_envs_own_the_instances_and_close_them():
     closed: list[str] = []
 
     class Tracked(cascade_envs.Env):
@@ -92,7 +92,7 @@ def test_the_mix_owns_its_envs_and_closes_them():
     mix = EnvMix({"life/Tracked-v0": 1.0})
 
     async def run():
-        async with mix, RolloutRunner(CharTemplatePolicy(lambda m: "a"), envs=mix.envs) as runner:
+        async with mix.envs, RolloutRunner(CharTemplatePolicy(lambda m: "a"), envs=mix.envs) as runner:
             await runner.arun(mix.sample(3))
             assert closed == []  # the runner does not close envs it was given
         return closed
@@ -116,3 +116,23 @@ def test_the_runner_closes_the_envs_it_made():
     assert len(groups) == 4 and closed == []
     runner.close()
     assert closed == ["Tracked"]  # one instance served all twelve episodes
+
+
+def test_envs_handed_in_are_borrowed_and_left_open():
+    closed: list[str] = []
+
+    class Tracked(cascade_envs.Env):
+        async def ascore(self, task, answer):
+            return cascade_envs.Reward(1.0)
+
+        async def aclose(self):
+            closed.append(self.name)
+
+    cascade_envs.register("life/Tracked3-v0", Tracked)
+    mine = Tracked()
+    mine.name = "given"
+    runner = RolloutRunner(CharTemplatePolicy(lambda m: "a"), envs={"life/Given-v0": mine})
+    runner.run([("life/Given-v0", {"prompt": "q"})])
+    runner.envs.env("life/Tracked3-v0").name = "made"
+    runner.close()
+    assert closed == ["made"]  # the runner's set closes what it made, never what it was handed

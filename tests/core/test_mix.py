@@ -128,7 +128,8 @@ def test_load_mix_file(tmp_path):
 
 def test_eval_and_the_trainer_share_the_parser():
     from cascade_envs.mix import parse_mix
-    from cascade_envs.trainer.config import ConfigError, config_from_dict
+    from cascade_envs.trainer.checks import config_from_dict
+    from cascade_envs.trainer.config import ConfigError
 
     envs = {"test/SayYes-v0": {"weight": 2, "kwargs": {"max_turns": 1}}, "test/Constant-v0": 1}
     config = config_from_dict({"mix": {"envs": envs}})

@@ -23,7 +23,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def make_config(tiny_model_dir, tmp_path):
     """A small GRPO config on the tiny model and the SayYes env; keyword sections override."""
-    from cascade_envs.trainer.config import config_from_dict
+    from cascade_envs.trainer.checks import config_from_dict
 
     def make(**sections: dict[str, Any]):
         data: dict[str, Any] = {

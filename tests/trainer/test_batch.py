@@ -9,12 +9,12 @@ import cascade_envs
 from cascade_envs.core import Completion
 from cascade_envs.env import run_sync
 from cascade_envs.mix import EnvMix
-from cascade_envs.policy import SamplingParams
+from cascade_envs.trainer.advantages import GRPOAdvantages
 from cascade_envs.trainer.batch import BatchBuilder
-from cascade_envs.trainer.config import Config
+from cascade_envs.trainer.config import RolloutConfig
 from cascade_envs.trainer.engine import HFEngine, RolloutEngine
 from cascade_envs.trainer.model import collate, response_logits, token_logprobs
-from cascade_envs.trainer.strategies import GRPO
+from cascade_envs.trainer.sequence import TrainSequence
 from tests.trainer.toys import tiny_model, tiny_tokenizer
 
 
@@ -28,17 +28,9 @@ def engine():
 
 
 def builder(engine, env_id, *, max_tokens=6, group_size=4, prompts=3, dynamic_filtering=True, max_rounds=2):
-    config = Config()
-    config.rollout.dynamic_filtering = dynamic_filtering
-    return BatchBuilder(
-        engine,
-        EnvMix({env_id: 1.0}, seed=0),
-        GRPO(config),
-        sampling=SamplingParams(max_tokens=max_tokens),
-        group_size=group_size,
-        prompts_per_step=prompts,
-        max_rounds=max_rounds,
-    )
+    rollout = RolloutConfig(max_tokens=max_tokens, group_size=group_size, prompts_per_step=prompts,
+                            dynamic_filtering=dynamic_filtering, max_rounds=max_rounds)
+    return BatchBuilder(engine, EnvMix({env_id: 1.0}, seed=0), GRPOAdvantages(rollout), rollout)
 
 
 def test_hf_engine_satisfies_the_protocol(engine):
@@ -142,7 +134,6 @@ def test_token_logprobs_and_entropy_match_the_definitions(monkeypatch, chunk):
 def test_shared_prompt_forward_matches_the_full_forward():
     """Groups share their prompt's KV cache in training: same logits and gradients as one pass per sequence."""
     import cascade_envs.trainer.model as model_module
-    from cascade_envs.trainer.batch import TrainSequence
 
     tok = tiny_tokenizer()
     model = tiny_model(len(tok)).train()

@@ -1,4 +1,8 @@
-"""The Cascade RL pipeline: stage chaining, branches, evaluation, MOPD teacher choice, resume, errors."""
+"""The Cascade RL pipeline: stage chaining, branches, evaluation, MOPD teacher choice, resume, errors.
+
+The bookkeeping runs on the ``trainer=``/``evaluator=`` seams with stand-ins that train and score
+nothing; the command-line test at the end runs the real trainer and evaluation (0 steps).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,11 @@ import pytest
 import yaml
 
 from cascade_envs.cli import main
-from cascade_envs.trainer.cascade import Candidate, choose_teachers, load_pipeline
-from cascade_envs.trainer.cascade_run import STATE_FILE, CascadeRunner, StageResult, train_stage
+from cascade_envs.trainer.cascade import load_pipeline
+from cascade_envs.trainer.cascade_run import STATE_FILE, CascadeRunner, PipelineState, StageResult
 from cascade_envs.trainer.config import ConfigError
 from cascade_envs.trainer.evaluation import EvalSettings, eval_table, evaluate_checkpoint
+from cascade_envs.trainer.teachers import Candidate, choose_teachers
 
 ENV = "test/SayYes-v0"
 EVERY_STAGE = ["rollout.group_size=4", "rollout.prompts_per_step=2", "rollout.max_tokens=4", "optim.lr=3e-3",
@@ -46,8 +51,9 @@ def pipeline_file(tiny_model_dir, tmp_path) -> Path:
 
 
 class Recorder:
-    """Wraps training and evaluation: records every call; evaluation runs for real, then its mean is
-    replaced by a scripted score per checkpoint label so the teacher choice is known in advance."""
+    """Stands in for training and evaluation and records every call. Training writes an empty model
+    folder where the trainer's last checkpoint would be; evaluation scores each checkpoint with the
+    scripted mean of its stage (``start`` for the start model), 0.0 when none is scripted."""
 
     def __init__(self, scores: dict[str, float] | None = None, fail_on: str | None = None):
         self.trained: list[Any] = []
@@ -57,20 +63,25 @@ class Recorder:
 
     def train(self, config: Any, label: str) -> StageResult:
         self.trained.append(config)
-        if self.fail_on and Path(config.train.output_dir).name == self.fail_on:
+        out = Path(config.train.output_dir)
+        if self.fail_on and out.name == self.fail_on:
             raise RuntimeError("killed")
-        return train_stage(config, label)
+        steps = config.train.steps
+        if not steps:
+            return StageResult(None, 0, 0)
+        checkpoint = out / "checkpoints" / f"step_{steps:06d}"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "config.json").write_text("{}")
+        return StageResult(str(checkpoint), steps, 0)
 
     def evaluate(self, path: str, model: Any, settings: EvalSettings, env_ids: list[str]) -> dict[str, Any]:
         self.evaluated.append(path)
-        results = evaluate_checkpoint(path, model, settings, env_ids)
         label = "start" if "checkpoints" not in path else Path(path).parents[1].name
-        for result in results.values():
-            result["mean"] = self.scores.get(label, result["mean"])
-        return results
+        return {env_id: {"mean": self.scores.get(label, 0.0), "questions": settings.limit, "masked": 0,
+                         "key": settings.key(env_id)} for env_id in env_ids}
 
 
-def run(path: Path, rec: Recorder, overrides: list[str] | None = None, from_stage: str | None = None) -> dict:
+def run(path: Path, rec: Recorder, overrides: list[str] | None = None, from_stage: str | None = None) -> PipelineState:
     pipeline = load_pipeline(path, overrides or [])
     return CascadeRunner(pipeline, from_stage=from_stage, trainer=rec.train, evaluator=rec.evaluate).run()
 
@@ -79,15 +90,15 @@ def test_pipeline_chains_branches_evaluates_and_picks_teachers(pipeline_file, ti
     rec = Recorder(scores={"start": 0.2, "a": 0.5, "b": 0.9})
     state = run(pipeline_file, rec)
     out = tmp_path / "out"
-    a, b, c = (state["stages"][n] for n in "abc")
-    assert [cfg.model.path for cfg in rec.trained] == [str(tiny_model_dir), str(tiny_model_dir), a["checkpoint"]]
-    assert a["checkpoint"].endswith("a/checkpoints/step_000002") and a["steps"] == 2
-    assert c["init"] == a["checkpoint"] != b["checkpoint"]  # the branch b does not feed forward
+    a, b, c = (state.stages[n] for n in "abc")
+    assert [cfg.model.path for cfg in rec.trained] == [str(tiny_model_dir), str(tiny_model_dir), a.checkpoint]
+    assert a.checkpoint.endswith("a/checkpoints/step_000002") and a.steps == 2
+    assert c.init == a.checkpoint != b.checkpoint  # the branch b does not feed forward
     assert [cfg.train.output_dir for cfg in rec.trained] == [str(out / n) for n in "abc"]
     assert all(cfg.train.resume for cfg in rec.trained)
     mopd = rec.trained[2]
-    assert mopd.algorithm == "mopd" and mopd.mopd.teachers == {ENV: b["checkpoint"]}  # best score: the branch
-    assert c["teachers"][ENV]["from"] == "b" and c["teachers"][ENV]["scores"]["b"] == 0.9
+    assert mopd.algorithm == "mopd" and mopd.mopd.teachers == {ENV: b.checkpoint}  # best score: the branch
+    assert c.teachers[ENV]["from"] == "b" and c.teachers[ENV]["scores"]["b"] == 0.9
     assert len(rec.evaluated) == 4  # start + every stage
     saved = json.loads((out / "eval.json").read_text())
     assert [r["stage"] for r in saved["rows"]] == ["start", "a", "b (branch)", "c"]
@@ -97,7 +108,7 @@ def test_pipeline_chains_branches_evaluates_and_picks_teachers(pipeline_file, ti
     printed = capsys.readouterr()
     assert "c: MOPD teachers: test/SayYes-v0 <- b (0.900" in printed.err
     assert "0.500 +0.300" in printed.out and "b (branch)" in printed.out
-    assert "steps with a learning signal: a " in printed.out
+    assert "steps with a learning signal: a 2/2, b 1/1, c 1/1" in printed.out
 
 
 def test_resume_skips_finished_stages_and_from_stage_redoes_the_rest(pipeline_file, tmp_path, capsys):
@@ -105,7 +116,7 @@ def test_resume_skips_finished_stages_and_from_stage_redoes_the_rest(pipeline_fi
     with pytest.raises(RuntimeError, match="killed"):
         run(pipeline_file, crashed)
     state = json.loads((tmp_path / "out" / STATE_FILE).read_text())
-    assert list(state["stages"]) == ["a"]
+    assert list(state["stages"]) == ["a"] and state["stages"]["a"]["config_hash"]
 
     rec = Recorder()
     state = run(pipeline_file, rec)  # the same command again: a is skipped, b and c train
@@ -122,6 +133,13 @@ def test_resume_skips_finished_stages_and_from_stage_redoes_the_rest(pipeline_fi
 
     with pytest.raises(ConfigError, match=r"stage a finished with another config .* --from-stage a"):
         run(pipeline_file, Recorder(), ["a:optim.lr=1e-3"])
+
+
+def test_a_state_file_that_is_not_one_is_refused(pipeline_file, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / STATE_FILE).write_text(json.dumps({"name": "t", "stages": {"a": {"steps": 2}}}))
+    with pytest.raises(ConfigError, match=r"not a cascade state file \(stages\.a: missing key\(s\) checkpoint\)"):
+        run(pipeline_file, Recorder())
 
 
 def test_bad_stage_config_fails_before_any_training(pipeline_file, tmp_path):
@@ -158,6 +176,8 @@ def test_teacher_choice_by_score_ties_to_the_later_and_named_refs():
     assert choices["m"]["scores"] == {"start": 0.5, "a": 0.25, "b": 0.5}
     with pytest.raises(ConfigError, match="no checkpoint has a score on x"):
         choose_teachers("mopd", {"x": "auto"}, candidates, ["m", "x"])
+    with pytest.raises(ConfigError, match=r"mopd\.teachers\.m names stage 'later', which does not run before it"):
+        choose_teachers("mopd", {"m": "later"}, candidates, ["m"], stages=["a", "b", "mopd", "later"])
 
 
 def test_eval_table_marks_changes_and_masked_answers():

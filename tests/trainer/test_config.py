@@ -8,7 +8,9 @@ from importlib import resources
 
 import pytest
 
-from cascade_envs.trainer.config import ConfigError, config_from_dict, load_config, parse_override
+from cascade_envs.trainer.checks import config_from_dict, load_config
+from cascade_envs.trainer.config import ConfigError
+from cascade_envs.trainer.typed_yaml import parse_override
 
 
 def test_default_config_loads_and_names_existing_envs():
@@ -70,7 +72,7 @@ def test_unknown_key_suggests_the_right_one():
         ("rollout.group_size=2.5", "expected an integer"),
         ("rollout.group_size=1", "at least 2"),
         ("optim.lr=-1", "optim.lr must be a finite number > 0"),
-        ("rollout.engine=tgi", "'hf' or 'vllm'"),
+        ("rollout.engine=tgi", "rollout.engine must be hf or vllm, got 'tgi'"),
         ("train.steps", "key.sub=value"),
         ("mix.envs={}", "mix.envs is empty"),
         ("optim.betas=[0.9]", "two numbers"),
@@ -191,3 +193,28 @@ def test_mopd_and_ray_sections_have_documented_defaults_and_round_trip():
     assert again.mopd == config.mopd and again.ray == config.ray
     with pytest.raises(ConfigError, match=r"unknown config key 'mopd\.eps_lo'; did you mean 'eps_low'"):
         config_from_dict({"mix": {"envs": {"cascade/MCQA-v0": 1.0}}, "mopd": {"eps_lo": 0.4}})
+
+
+def test_a_config_changed_in_code_is_checked_like_a_file():
+    from cascade_envs.trainer.checks import validate
+
+    config = load_config(None)
+    config.rollout.engine = "tgi"
+    with pytest.raises(ConfigError, match=r"rollout\.engine must be hf or vllm, got 'tgi'"):
+        validate(config)
+    config.rollout.engine = "hf"
+    config.optim.betas = (0.9, 0.99)
+    with pytest.raises(ConfigError, match=r"optim\.betas: expected a list"):
+        validate(config)
+
+
+def test_each_section_checks_its_own_values():
+    from cascade_envs.trainer.config import MOPDConfig, RolloutConfig
+
+    with pytest.raises(ConfigError, match=r"rollout\.prompts_per_step must be at least 1, got 0"):
+        RolloutConfig(prompts_per_step=0).check()
+    with pytest.raises(ConfigError, match=r"mopd\.eps_high must be a finite number >= 1"):
+        MOPDConfig(eps_high=0.5).check()
+    assert [type(s).__name__ for s in load_config(None).sections()] == [
+        "ModelConfig", "MixConfig", "RolloutConfig", "OptimConfig", "TrainConfig", "HeldoutConfig", "MOPDConfig",
+        "RayConfig"]

@@ -7,47 +7,46 @@ import pytest
 import torch
 
 from cascade_envs.mix import EnvMix
-from cascade_envs.policy import SamplingParams
+from cascade_envs.trainer.advantages import Advantages, GRPOAdvantages, Skip
 from cascade_envs.trainer.batch import BatchBuilder
-from cascade_envs.trainer.config import Config, ConfigError, load_config
+from cascade_envs.trainer.checks import load_config
+from cascade_envs.trainer.config import Config, ConfigError, RolloutConfig
 from cascade_envs.trainer.engine import HFEngine
 from cascade_envs.trainer.metrics import rollout_metrics
-from cascade_envs.trainer.strategies import BELOW_THRESHOLD, FILTERED, GRPO, TOO_FEW
 from tests.trainer.toys import tiny_model, tiny_tokenizer
 
+BELOW_THRESHOLD = Skip("below_threshold")
 
-def grpo(mask: float | None = 0.5, dynamic_filtering: bool = True) -> GRPO:
-    config = Config()
-    config.rollout.mask_groups_below = mask
-    config.rollout.dynamic_filtering = dynamic_filtering
-    return GRPO(config)
+
+def grpo(mask: float | None = 0.5, dynamic_filtering: bool = True) -> GRPOAdvantages:
+    return GRPOAdvantages(RolloutConfig(mask_groups_below=mask, dynamic_filtering=dynamic_filtering))
 
 
 def test_a_group_with_no_reward_above_the_threshold_is_left_out():
-    strategy = grpo(0.5)
-    assert strategy.group_advantages([0.5, 0.2, 0.0, 0.4], [True] * 4) == BELOW_THRESHOLD  # 0.5 is not above
-    advantages = strategy.group_advantages([0.51, 0.2, 0.0, 0.4], [True] * 4)
-    assert isinstance(advantages, list) and advantages[0] > 0
-    assert strategy.group_advantages([-1.0, 0.3], [True, True]) == BELOW_THRESHOLD  # SWE-RL format errors: -1
+    estimator = grpo(0.5)
+    assert estimator([0.5, 0.2, 0.0, 0.4], [True] * 4) == BELOW_THRESHOLD  # 0.5 is not above
+    verdict = estimator([0.51, 0.2, 0.0, 0.4], [True] * 4)
+    assert isinstance(verdict, Advantages) and verdict.values[0] > 0
+    assert estimator([-1.0, 0.3], [True, True]) == BELOW_THRESHOLD  # SWE-RL format errors: -1
 
 
 def test_only_scored_rollouts_count():
     # the 0.9 was masked (a judge failure): it cannot lift the group over the threshold
-    assert grpo(0.5).group_advantages([0.9, 0.1, 0.2], [False, True, True]) == BELOW_THRESHOLD
-    assert grpo(0.5).group_advantages([0.9, 0.1, 0.2], [True, False, True]) != BELOW_THRESHOLD
+    assert grpo(0.5)([0.9, 0.1, 0.2], [False, True, True]) == BELOW_THRESHOLD
+    assert grpo(0.5)([0.9, 0.1, 0.2], [True, False, True]) != BELOW_THRESHOLD
 
 
 def test_dynamic_filtering_and_too_few_are_reported_first_so_counts_do_not_overlap():
-    assert grpo(0.5).group_advantages([0.0, 0.0, 0.0], [True] * 3) == FILTERED
-    assert grpo(0.5).group_advantages([0.1, 0.2], [True, False]) == TOO_FEW
-    assert grpo(0.5, dynamic_filtering=False).group_advantages([0.0, 0.0], [True, True]) == BELOW_THRESHOLD
+    assert grpo(0.5)([0.0, 0.0, 0.0], [True] * 3) == Skip("all_equal")
+    assert grpo(0.5)([0.1, 0.2], [True, False]) == Skip("too_few")
+    assert grpo(0.5, dynamic_filtering=False)([0.0, 0.0], [True, True]) == BELOW_THRESHOLD
 
 
 def test_off_by_default_and_unchanged_when_off():
     assert Config().rollout.mask_groups_below is None
     rewards, valid = [0.1, 0.3, 0.2], [True] * 3
-    assert grpo(None).group_advantages(rewards, valid) == grpo(-5.0).group_advantages(rewards, valid)
-    assert isinstance(grpo(None).group_advantages(rewards, valid), list)
+    assert grpo(None)(rewards, valid) == grpo(-5.0)(rewards, valid)
+    assert isinstance(grpo(None)(rewards, valid), Advantages)
 
 
 def test_the_option_is_read_from_config_and_checked():
@@ -70,11 +69,8 @@ def engine() -> HFEngine:
 
 
 def build(engine: HFEngine, mask: float | None, max_rounds: int):
-    config = Config()
-    config.rollout.mask_groups_below = mask
-    builder = BatchBuilder(engine, EnvMix({"test/SayYes-v0": 1.0}, seed=0), GRPO(config),
-                           sampling=SamplingParams(max_tokens=6), group_size=4, prompts_per_step=3,
-                           max_rounds=max_rounds)
+    rollout = RolloutConfig(mask_groups_below=mask, max_tokens=6, group_size=4, prompts_per_step=3, max_rounds=max_rounds)
+    builder = BatchBuilder(engine, EnvMix({"test/SayYes-v0": 1.0}, seed=0), GRPOAdvantages(rollout), rollout)
     return builder.build()
 
 

@@ -16,7 +16,7 @@ from cascade_envs.core import CascadeError
 from cascade_envs.registry import UnknownIdError
 from cascade_envs.trainer import checkpoint as ckpt
 from cascade_envs.trainer.config import ConfigError
-from cascade_envs.trainer.grpo import GRPOTrainer, TrainingError
+from cascade_envs.trainer.loop import Trainer, TrainingError, warmup_lr
 
 
 def mean(values):
@@ -27,7 +27,7 @@ def mean(values):
 def test_mean_reward_rises_clearly(make_config):
     """A seeded run on the tiny model: the fraction of "yes" words climbs over 30 steps."""
     config = make_config(train={"steps": 30})
-    history = GRPOTrainer(config).train()
+    history = Trainer(config).train()
     rewards = [h["reward/mean"] for h in history]
     assert len(rewards) == 30
     first, last = mean(rewards[:5]), mean(rewards[-5:])
@@ -40,7 +40,7 @@ def test_mean_reward_rises_clearly(make_config):
 
 
 def test_step_metrics_are_logged(make_config):
-    trainer = GRPOTrainer(make_config(train={"steps": 2, "save_every": 1}))
+    trainer = Trainer(make_config(train={"steps": 2, "save_every": 1}))
     trainer.train()
     rows = [json.loads(line) for line in trainer.logger.path.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -55,11 +55,11 @@ def test_step_metrics_are_logged(make_config):
 
 
 def test_resumed_run_continues_bit_for_bit(make_config, tmp_path):
-    straight = GRPOTrainer(make_config(train={"steps": 4, "save_every": 2, "output_dir": str(tmp_path / "a")}))
+    straight = Trainer(make_config(train={"steps": 4, "save_every": 2, "output_dir": str(tmp_path / "a")}))
     full = straight.train()
 
-    GRPOTrainer(make_config(train={"steps": 2, "save_every": 2, "output_dir": str(tmp_path / "b")})).train()
-    resumed = GRPOTrainer(make_config(train={"steps": 4, "save_every": 2, "output_dir": str(tmp_path / "b")}))
+    Trainer(make_config(train={"steps": 2, "save_every": 2, "output_dir": str(tmp_path / "b")})).train()
+    resumed = Trainer(make_config(train={"steps": 4, "save_every": 2, "output_dir": str(tmp_path / "b")}))
     assert resumed.step == 2
     history = resumed.train()
 
@@ -72,7 +72,7 @@ def test_resumed_run_continues_bit_for_bit(make_config, tmp_path):
 
 def test_every_group_filtered_skips_the_step(make_config, caplog):
     config = make_config(mix={"envs": {"test/Constant-v0": 1.0}}, rollout={"max_rounds": 2}, train={"steps": 2})
-    trainer = GRPOTrainer(config)
+    trainer = Trainer(config)
     before = [p.clone() for p in trainer.model.parameters()]
     with caplog.at_level(logging.WARNING, logger="cascade_envs.trainer"):
         history = trainer.train()
@@ -84,7 +84,7 @@ def test_every_group_filtered_skips_the_step(make_config, caplog):
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(make_config, monkeypatch):
-    trainer = GRPOTrainer(make_config(train={"steps": 4, "save_every": 1}))
+    trainer = Trainer(make_config(train={"steps": 4, "save_every": 1}))
     trainer.train_step()
     good = trainer.save()
     weights = [p.clone() for p in trainer.model.parameters()]
@@ -104,35 +104,35 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(make_config, monkeypa
 
 def test_unknown_env_is_a_clear_error(make_config):
     with pytest.raises(UnknownIdError, match="did you mean 'test/SayYes-v0'"):
-        GRPOTrainer(make_config(mix={"envs": {"test/SayYess-v0": 1.0}}))
+        Trainer(make_config(mix={"envs": {"test/SayYess-v0": 1.0}}))
 
 
 def test_weights_not_summing_to_one_are_normalised(make_config, caplog):
     config = make_config(mix={"envs": {"test/SayYes-v0": 3.0, "test/HalfBroken-v0": 1.0}})
     with caplog.at_level(logging.WARNING, logger="cascade_envs.mix"):
-        trainer = GRPOTrainer(config)
+        trainer = Trainer(config)
     assert "normalising" in caplog.text
     assert trainer.mix.weights == {"test/SayYes-v0": 0.75, "test/HalfBroken-v0": 0.25}
 
 
 def test_negative_weight_is_an_error(make_config):
     with pytest.raises(CascadeError, match="negative"):
-        GRPOTrainer(make_config(mix={"envs": {"test/SayYes-v0": 1.0, "test/Constant-v0": -0.5}}))
+        Trainer(make_config(mix={"envs": {"test/SayYes-v0": 1.0, "test/Constant-v0": -0.5}}))
 
 
 def test_missing_model_path_is_a_clear_error(make_config, tmp_path):
     with pytest.raises(CascadeError, match="does not exist"):
-        GRPOTrainer(make_config(model={"path": str(tmp_path / "no-such-model")}))
+        Trainer(make_config(model={"path": str(tmp_path / "no-such-model")}))
     (tmp_path / "empty").mkdir()
     with pytest.raises(CascadeError, match="not a Hugging Face model folder"):
-        GRPOTrainer(make_config(model={"path": str(tmp_path / "empty")}))
+        Trainer(make_config(model={"path": str(tmp_path / "empty")}))
 
 
 def test_kl_reference_and_micro_batching_match_one_big_batch(make_config, tmp_path):
     """Gradient accumulation over micro-batches gives the same update as one batch (and KL runs)."""
-    a = GRPOTrainer(make_config(optim={"micro_batch_size": 32, "kl_coef": 0.1}, train={"output_dir": str(tmp_path / "a")}))
+    a = Trainer(make_config(optim={"micro_batch_size": 32, "kl_coef": 0.1}, train={"output_dir": str(tmp_path / "a")}))
     ma = a.train_step()
-    b = GRPOTrainer(make_config(optim={"micro_batch_size": 3, "kl_coef": 0.1}, train={"output_dir": str(tmp_path / "b")}))
+    b = Trainer(make_config(optim={"micro_batch_size": 3, "kl_coef": 0.1}, train={"output_dir": str(tmp_path / "b")}))
     mb = b.train_step()
     assert ma["batch/sequences"] > 3  # more than one micro-batch in b
     assert ma["reward/mean"] == mb["reward/mean"]
@@ -147,9 +147,9 @@ def test_kl_reference_and_micro_batching_match_one_big_batch(make_config, tmp_pa
 
 
 def test_gradient_checkpointing_gives_the_same_update(make_config, tmp_path):
-    plain = GRPOTrainer(make_config(train={"output_dir": str(tmp_path / "a")}))
+    plain = Trainer(make_config(train={"output_dir": str(tmp_path / "a")}))
     plain.train_step()
-    ckpt_on = GRPOTrainer(make_config(model={"gradient_checkpointing": True}, train={"output_dir": str(tmp_path / "b")}))
+    ckpt_on = Trainer(make_config(model={"gradient_checkpointing": True}, train={"output_dir": str(tmp_path / "b")}))
     assert getattr(ckpt_on.model, "is_activation_checkpointing", None) or ckpt_on.model.is_gradient_checkpointing
     ckpt_on.train_step()
     for pa, pb in zip(plain.model.parameters(), ckpt_on.model.parameters(), strict=True):
@@ -158,7 +158,7 @@ def test_gradient_checkpointing_gives_the_same_update(make_config, tmp_path):
 
 @pytest.mark.parametrize("model", [{"mixed_precision": "bfloat16"}, {"dtype": "bfloat16"}])
 def test_bf16_training_step(make_config, model):
-    trainer = GRPOTrainer(make_config(model=model))
+    trainer = Trainer(make_config(model=model))
     expected = torch.bfloat16 if model.get("dtype") == "bfloat16" else torch.float32
     assert next(trainer.model.parameters()).dtype == expected
     before = [p.detach().float().clone() for p in trainer.model.parameters()]
@@ -170,15 +170,15 @@ def test_bf16_training_step(make_config, model):
 
 
 def test_linear_lr_warmup(make_config):
-    trainer = GRPOTrainer(make_config(optim={"lr": 2e-6, "warmup_steps": 3, "warmup_start_lr": 2e-7}))
-    assert [trainer._lr(s) for s in (1, 2, 3, 4, 50)] == pytest.approx([2e-7, 1.1e-6, 2e-6, 2e-6, 2e-6])
+    optim = make_config(optim={"lr": 2e-6, "warmup_steps": 3, "warmup_start_lr": 2e-7}).optim
+    assert [warmup_lr(optim, s) for s in (1, 2, 3, 4, 50)] == pytest.approx([2e-7, 1.1e-6, 2e-6, 2e-6, 2e-6])
 
 
 # ----- hardening: settings checked before work, safe and resilient resume -------------------------
 
 
 def _train_to(make_config, out, steps, **train):
-    GRPOTrainer(make_config(train={"steps": steps, "save_every": 1, "keep_checkpoints": 5,
+    Trainer(make_config(train={"steps": steps, "save_every": 1, "keep_checkpoints": 5,
                                    "output_dir": str(out), **train})).train()
 
 
@@ -191,12 +191,12 @@ def test_trainer_checks_a_config_changed_in_code_before_any_work(make_config, tm
     config = make_config(train={"output_dir": str(tmp_path / "run")})
     setattr(getattr(config, section), key, value)
     with pytest.raises(ConfigError, match=re.escape(f"{section}.{key}")):
-        GRPOTrainer(config)
+        Trainer(config)
     assert not (tmp_path / "run").exists()
 
 
 def test_non_finite_weights_are_never_checkpointed(make_config):
-    trainer = GRPOTrainer(make_config(train={"steps": 1}))
+    trainer = Trainer(make_config(train={"steps": 1}))
     with torch.no_grad():
         next(trainer.model.parameters()).fill_(float("inf"))
     with pytest.raises(TrainingError, match="not finite, so no checkpoint was written"):
@@ -215,7 +215,7 @@ def test_unreadable_checkpoint_falls_back_to_the_previous_one(make_config, tmp_p
     shutil.copytree(root / "step_000001", root / "step_latest")  # a stray folder: not a checkpoint
     (root / "notes").mkdir()
     with caplog.at_level(logging.INFO, logger="cascade_envs.trainer"):
-        trainer = GRPOTrainer(make_config(train={"steps": 4, "output_dir": str(out)}))
+        trainer = Trainer(make_config(train={"steps": 4, "output_dir": str(out)}))
     assert trainer.step == 1 and trainer.resumed_from == root / "step_000001"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(str(root / "step_000003") in w and "unreadable" in w for w in warnings), warnings
@@ -229,7 +229,7 @@ def test_no_readable_checkpoint_is_an_error_naming_them(make_config, tmp_path):
     _train_to(make_config, out, 1)
     (ckpt.checkpoint_dir(out) / "step_000001" / ckpt.STATE_FILE).write_bytes(b"")
     with pytest.raises(ckpt.CheckpointError, match=r"step_000001.*train\.resume=false"):
-        GRPOTrainer(make_config(train={"steps": 2, "output_dir": str(out)}))
+        Trainer(make_config(train={"steps": 2, "output_dir": str(out)}))
 
 
 class _RunsCode:
@@ -247,7 +247,7 @@ def test_a_checkpoint_cannot_run_code(make_config, tmp_path, caplog):
     state = torch.load(state_file, weights_only=True)
     torch.save({**state, "extra": _RunsCode(str(marker))}, state_file)
     with caplog.at_level(logging.WARNING, logger="cascade_envs.trainer"):
-        trainer = GRPOTrainer(make_config(train={"steps": 3, "output_dir": str(out)}))
+        trainer = Trainer(make_config(train={"steps": 3, "output_dir": str(out)}))
     assert not marker.exists()
     assert trainer.step == 1 and "step_000002 is unreadable" in caplog.text
 
@@ -260,4 +260,4 @@ def test_checkpoints_of_earlier_versions_still_resume(make_config, tmp_path):
     state = torch.load(state_file, weights_only=True)
     np.random.set_state(state["rng"]["numpy"])
     torch.save({**state, "rng": {**state["rng"], "numpy": np.random.get_state()}}, state_file)
-    assert GRPOTrainer(make_config(train={"steps": 2, "output_dir": str(out)})).step == 1
+    assert Trainer(make_config(train={"steps": 2, "output_dir": str(out)})).step == 1

@@ -7,15 +7,16 @@ import json
 import pytest
 
 from cascade_envs.data import prompt_messages
-from cascade_envs.trainer.config import ConfigError, load_config
+from cascade_envs.trainer.checks import load_config
+from cascade_envs.trainer.config import ConfigError
 from cascade_envs.trainer.metrics import heldout_line
 
 
 def test_heldout_is_scored_before_the_first_step_and_after_the_last(make_config):
-    from cascade_envs.trainer.grpo import GRPOTrainer
+    from cascade_envs.trainer.loop import Trainer
 
     config = make_config(heldout={"env": "test/SayYes-v0"}, train={"steps": 2})
-    trainer = GRPOTrainer(config)
+    trainer = Trainer(config)
     try:
         again = None
         history = trainer.train()
@@ -36,9 +37,9 @@ def test_heldout_is_scored_before_the_first_step_and_after_the_last(make_config)
 
 
 def test_no_heldout_env_means_no_check(make_config):
-    from cascade_envs.trainer.grpo import GRPOTrainer
+    from cascade_envs.trainer.loop import Trainer
 
-    trainer = GRPOTrainer(make_config(train={"steps": 0}))
+    trainer = Trainer(make_config(train={"steps": 0}))
     try:
         trainer.train()
         assert trainer.evaluate_heldout() is None

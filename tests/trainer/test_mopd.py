@@ -13,8 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cascade_envs.trainer.config import ConfigError, config_from_dict, load_config  # noqa: E402
-from cascade_envs.trainer.grpo import GRPOTrainer, warmup_lr  # noqa: E402
+from cascade_envs.trainer.checks import config_from_dict, load_config  # noqa: E402
+from cascade_envs.trainer.config import ConfigError  # noqa: E402
+from cascade_envs.trainer.loop import Trainer, warmup_lr  # noqa: E402
 from tests.trainer.toys import PROMPTS, WORDS, tiny_model, tiny_tokenizer  # noqa: E402
 
 
@@ -83,8 +84,8 @@ def exact_reverse_kl(student: Any, teacher: Any, tokenizer: Any) -> float:
 
 def test_distilling_toward_a_yes_teacher_lowers_the_reverse_kl_step_by_step(tiny_model_dir, yes_teacher, tmp_path):
     config = mopd_config(tiny_model_dir, tmp_path / "run", {"test/SayYes-v0": str(yes_teacher)})
-    trainer = GRPOTrainer(config)
-    (scorer,) = trainer.teachers.scorers.values()
+    trainer = Trainer(config)
+    (scorer,) = trainer.sources["teacher"].scorers.values()
     exact = [exact_reverse_kl(trainer.model, scorer.model, trainer.tokenizer)]
     logged = []
     for _ in range(8):
@@ -134,10 +135,10 @@ def test_each_teacher_is_loaded_once_and_runs_once_per_step(tiny_model_dir, yes_
     config = mopd_config(tiny_model_dir, tmp_path / "run", teachers, envs,
                          mopd={"teachers": teachers, "default_teacher": str(yes_teacher)},
                          rollout={"group_size": 2, "prompts_per_step": 12}, optim={"micro_batch_size": 4})
-    trainer = GRPOTrainer(config)
+    trainer = Trainer(config)
     assert sorted(loads) == sorted([str(yes_teacher), str(other_teacher)])  # Constant shares the yes teacher
-    pool = trainer.teachers
-    assert pool.teacher_of("test/Constant-v0") == pool.teacher_of("test/SayYes-v0") != pool.teacher_of("test/HalfBroken-v0")
+    pool = trainer.sources["teacher"]
+    assert pool.scorer_of("test/Constant-v0") == pool.scorer_of("test/SayYes-v0") != pool.scorer_of("test/HalfBroken-v0")
     calls: dict[str, list[set[str]]] = {}
     forwards: dict[str, int] = {}
     for key, scorer in pool.scorers.items():
@@ -156,7 +157,7 @@ def test_each_teacher_is_loaded_once_and_runs_once_per_step(tiny_model_dir, yes_
         trainer.train_step()
         assert {key: len(c) for key, c in calls.items()} == {key: step + 1 for key in pool.scorers}
     trainer.close()
-    yes_key, other_key = pool.teacher_of("test/SayYes-v0"), pool.teacher_of("test/HalfBroken-v0")
+    yes_key, other_key = pool.scorer_of("test/SayYes-v0"), pool.scorer_of("test/HalfBroken-v0")
     assert all(envs_seen <= {"test/SayYes-v0", "test/Constant-v0"} for envs_seen in calls[yes_key])
     assert all(envs_seen == {"test/HalfBroken-v0"} for envs_seen in calls[other_key])
     assert forwards[yes_key] > 0 and forwards[other_key] > 0
@@ -183,13 +184,13 @@ def test_a_teacher_with_another_vocabulary_is_a_config_error(tiny_model_dir, tmp
     tok.save_pretrained(folder)
     config = mopd_config(tiny_model_dir, tmp_path / "run", {"test/SayYes-v0": str(folder)})
     with pytest.raises(ConfigError, match=r"mopd\.teachers\.test/SayYes-v0 .*share the student's tokenizer"):
-        GRPOTrainer(config)
+        Trainer(config)
 
 
 def test_masked_reward_samples_still_train_under_mopd(tiny_model_dir, yes_teacher, tmp_path):
     config = mopd_config(tiny_model_dir, tmp_path / "run", {"test/HalfBroken-v0": str(yes_teacher)},
                          {"test/HalfBroken-v0": 1.0}, rollout={"group_size": 2, "prompts_per_step": 8})
-    trainer = GRPOTrainer(config)
+    trainer = Trainer(config)
     metrics = trainer.train_step()
     trainer.close()
     assert metrics["rollout/masked"] > 0  # the verifier failed on some answers ...
@@ -202,12 +203,12 @@ def test_dynamic_filtering_does_not_apply_and_mask_groups_below_is_refused(tiny_
     teachers = {"test/Constant-v0": str(yes_teacher)}
     config = mopd_config(tiny_model_dir, tmp_path / "run", teachers, {"test/Constant-v0": 1.0},
                          rollout={"group_size": 2, "prompts_per_step": 4, "dynamic_filtering": True})
-    trainer = GRPOTrainer(config)
+    trainer = Trainer(config)
     metrics = trainer.train_step()  # every reward is 0: GRPO would filter every group
     trainer.close()
     assert metrics["batch/groups_filtered"] == 0 and metrics["batch/groups_kept"] == 4
     assert "skipped" not in metrics
-    with pytest.raises(ConfigError, match=r"rollout\.mask_groups_below does not apply to algorithm mopd"):
+    with pytest.raises(ConfigError, match=r"rollout\.mask_groups_below does not apply to this algorithm"):
         mopd_config(tiny_model_dir, tmp_path / "run", teachers, {"test/Constant-v0": 1.0},
                     rollout={"mask_groups_below": 0.5})
 

@@ -12,11 +12,12 @@ from cascade_envs import Env, Episode, Reward
 from cascade_envs.core import Completion
 from cascade_envs.mix import EnvMix
 from cascade_envs.policy import SamplingParams
+from cascade_envs.trainer.advantages import GRPOAdvantages
 from cascade_envs.trainer.batch import BatchBuilder, KeepRate
-from cascade_envs.trainer.config import Config, ConfigError, load_config
+from cascade_envs.trainer.checks import load_config
+from cascade_envs.trainer.config import ConfigError, RolloutConfig
 from cascade_envs.trainer.engine import RolloutEngine
 from cascade_envs.trainer.metrics import rollout_metrics
-from cascade_envs.trainer.strategies import GRPO
 
 GROUP = 4
 
@@ -66,11 +67,9 @@ def _register() -> None:
 
 
 def make_builder(env_id: str, *, max_oversampling: float, max_rounds: int, prompts: int = 4) -> BatchBuilder:
-    return BatchBuilder(
-        ScriptedEngine(), EnvMix({env_id: 1.0}, seed=0), GRPO(Config()),
-        sampling=SamplingParams(max_tokens=4), group_size=GROUP, prompts_per_step=prompts,
-        max_rounds=max_rounds, max_oversampling=max_oversampling,
-    )
+    rollout = RolloutConfig(max_tokens=4, group_size=GROUP, prompts_per_step=prompts, max_rounds=max_rounds,
+                            max_oversampling=max_oversampling)
+    return BatchBuilder(ScriptedEngine(), EnvMix({env_id: 1.0}, seed=0), GRPOAdvantages(rollout), rollout)
 
 
 def mean_fill(builder: BatchBuilder, steps: int) -> float:

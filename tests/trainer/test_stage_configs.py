@@ -7,7 +7,9 @@ import pytest
 from cascade_envs.registry import spec
 from cascade_envs.trainer.cascade import find_config, load_pipeline, shipped_names
 from cascade_envs.trainer.cascade_run import CascadeRunner
-from cascade_envs.trainer.config import Config, ConfigError, load_config, read_yaml
+from cascade_envs.trainer.checks import load_config
+from cascade_envs.trainer.config import Config, ConfigError
+from cascade_envs.trainer.typed_yaml import read_yaml
 
 STAGES = ["if_rl", "multi_domain_rl", "mopd", "rlhf", "long_context_rl", "code_rl", "swe_agentless_rl", "swe_rl"]
 JUDGED = {"rlhf": "cascade/GenRM-v0", "long_context_rl": "cascade/LongContextQA-v0",

@@ -1,5 +1,5 @@
-"""Loss strategies: looked up by name, own their group rules, declare their log-prob sources; the
-training loop runs any of them unchanged."""
+"""Loss strategies and advantage estimators: two registries looked up by name; a strategy names its
+estimator and declares its log-prob sources; the training loop runs any of them unchanged."""
 
 from __future__ import annotations
 
@@ -8,71 +8,86 @@ from typing import ClassVar
 import pytest
 import torch
 
-from cascade_envs.trainer.config import Config, ConfigError, config_from_dict
+from cascade_envs.trainer.advantages import Advantages, GRPOAdvantages, Skip, advantage_estimators
+from cascade_envs.trainer.checks import config_from_dict
+from cascade_envs.trainer.config import ConfigError, MOPDConfig, OptimConfig, RolloutConfig
 from cascade_envs.trainer.engine import RolloutEngine
-from cascade_envs.trainer.grpo import GRPOTrainer
+from cascade_envs.trainer.loop import Trainer
 from cascade_envs.trainer.losses import grpo_loss
-from cascade_envs.trainer.strategies import FILTERED, GRPO, TOO_FEW, LossInputs, LossStrategy, loss_strategies
+from cascade_envs.trainer.strategies import (
+    GRPO,
+    LossInputs,
+    LossStrategy,
+    SourceTensors,
+    make_strategy,
+    register_loss_strategy,
+)
+
+
+class RawRewards:
+    """A test estimator: the raw reward as the advantage (0 for masked samples); any group size."""
+
+    uses_rewards = True
+
+    def __init__(self, rollout: RolloutConfig):
+        pass
+
+    def __call__(self, rewards, valid):
+        return Advantages(tuple(float(r) if ok else 0.0 for r, ok in zip(rewards, valid, strict=True)))
 
 
 class InferenceAnchored(LossStrategy):
-    """A test strategy: REINFORCE on the raw reward, reading the engine's logprobs; any group size."""
+    """A test strategy: REINFORCE on the raw reward, reading the engine's logprobs."""
 
-    name = "test-anchored"
+    advantage = "test-raw"
     sources = frozenset({"inference"})
     seen: ClassVar[list[LossInputs]] = []
 
-    def group_advantages(self, rewards, valid):
-        return [float(r) if ok else 0.0 for r, ok in zip(rewards, valid, strict=True)]
-
     def loss(self, inputs):
         InferenceAnchored.seen.append(inputs)
-        assert inputs.inference_logp is not None
+        inference = inputs.source("inference").logp
         keep = inputs.mask.bool()
-        gap = float((inputs.logp.detach() - inputs.inference_logp)[keep].abs().max())
+        gap = float((inputs.logp.detach() - inference)[keep].abs().max())
         loss = -(inputs.advantages.unsqueeze(-1) * inputs.logp * inputs.mask).sum() / inputs.num_tokens
         return loss, {"train/max_logprob_gap": gap}
 
 
-loss_strategies.register("test-anchored", InferenceAnchored, replace=True)
+advantage_estimators.register("test-raw", RawRewards, replace=True)
+register_loss_strategy("test-anchored", InferenceAnchored)
 
 
-def grpo(**rollout) -> GRPO:
-    config = Config()
-    for key, value in rollout.items():
-        setattr(config.rollout, key, value)
-    return GRPO(config)
+def grpo(**rollout) -> GRPOAdvantages:
+    return GRPOAdvantages(RolloutConfig(**rollout))
 
 
-def test_grpo_group_rules_live_in_the_strategy():
-    strategy = grpo()
-    assert strategy.group_advantages([1.0, 1.0, 1.0], [True] * 3) == FILTERED
-    assert strategy.group_advantages([1.0, 0.0, 1.0], [True, False, False]) == TOO_FEW
-    advantages = strategy.group_advantages([1.0, 0.0, 0.5, 9.0], [True, True, True, False])
-    assert advantages[3] == 0.0 and advantages[0] == pytest.approx(1.0) and advantages[1] == pytest.approx(-1.0)
-    assert grpo(dynamic_filtering=False).group_advantages([1.0, 1.0], [True, True]) == [0.0, 0.0]
+def test_grpo_group_rules_live_in_its_advantage_estimator():
+    estimator = grpo()
+    assert estimator([1.0, 1.0, 1.0], [True] * 3) == Skip("all_equal")
+    assert estimator([1.0, 0.0, 1.0], [True, False, False]) == Skip("too_few")
+    verdict = estimator([1.0, 0.0, 0.5, 9.0], [True, True, True, False])
+    assert isinstance(verdict, Advantages)
+    assert verdict.values[3] == 0.0 and verdict.values[0] == pytest.approx(1.0) and verdict.values[1] == pytest.approx(-1.0)
+    assert grpo(dynamic_filtering=False)([1.0, 1.0], [True, True]) == Advantages((0.0, 0.0))
 
 
 def test_grpo_rewards_are_compared_in_one_precision():
     # nearly equal rewards: the filter and the advantages must agree on whether they differ
-    rewards = [0.1 + 0.2, 0.3]
-    advantages = grpo().group_advantages(rewards, [True, True])
-    assert advantages == FILTERED or any(a != 0.0 for a in advantages)
+    verdict = grpo()([0.1 + 0.2, 0.3], [True, True])
+    assert verdict == Skip("all_equal") or any(a != 0.0 for a in verdict.values)
 
 
 def test_grpo_loss_strategy_matches_the_public_loss():
     logp = torch.randn(2, 5, requires_grad=True)
     mask = torch.tensor([[1, 1, 0, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.float32)
     advantages = torch.tensor([1.0, -0.5])
-    loss, _ = grpo().loss(LossInputs(logp, mask, advantages, num_tokens=8.0, num_sequences=2))
+    loss, _ = GRPO(OptimConfig(), MOPDConfig()).loss(LossInputs(logp, mask, advantages, num_tokens=8.0, num_sequences=2))
     assert torch.equal(loss, grpo_loss(logp, advantages, mask, num_tokens=8.0))
 
 
 def test_grpo_declares_the_reference_only_with_kl():
-    config = Config()
-    assert GRPO(config).sources == frozenset()
-    config.optim.kl_coef = 0.03
-    assert GRPO(config).sources == {"reference"}
+    assert GRPO(OptimConfig(), MOPDConfig()).sources == frozenset()
+    assert GRPO(OptimConfig(kl_coef=0.03), MOPDConfig()).sources == {"reference"}
+    assert make_strategy("grpo", OptimConfig(), MOPDConfig()).advantage == "grpo"
 
 
 def test_unknown_algorithm_names_the_known_ones():
@@ -99,10 +114,10 @@ def test_the_loop_runs_another_strategy_with_its_sources(tiny_model_dir, tmp_pat
         "train": {"steps": 1, "output_dir": str(tmp_path / "run"), "save_every": 100,
                   "tensorboard": False, "progress": False, "plot": False},
     })
-    trainer = GRPOTrainer(config)
+    trainer = Trainer(config)
     metrics = trainer.train_step()
     trainer.close()
-    assert trainer.ref_model is None  # not declared, not loaded
+    assert set(trainer.sources) == {"inference"}  # the reference is not declared, so not loaded
     assert len(InferenceAnchored.seen) == 2  # two micro-batches of two sequences
     assert metrics["train/max_logprob_gap"] < 1e-4  # the engine sampled with the training weights
 
@@ -116,20 +131,18 @@ def test_rollout_engines_sleep_and_wake_as_no_ops_by_default():
 
 
 def mopd_strategy(**mopd):
-    from cascade_envs.trainer.strategies import MOPD
-
-    config = Config()
-    for key, value in mopd.items():
-        setattr(config.mopd, key, value)
-    return MOPD(config)
+    return make_strategy("mopd", OptimConfig(), MOPDConfig(**mopd))
 
 
 def test_mopd_is_registered_and_never_leaves_a_group_out():
+    from cascade_envs.trainer.advantages import make_estimator
+
     strategy = mopd_strategy()
-    assert loss_strategies.get("mopd") is type(strategy)
-    assert strategy.sources == {"inference", "teacher"} and strategy.uses_rewards is False
-    assert strategy.group_advantages([1.0, 1.0, 1.0], [True, False, True]) == [0.0, 0.0, 0.0]
-    assert strategy.group_advantages([0.3], [False]) == [0.0]
+    assert type(strategy).__name__ == "MOPD" and strategy.sources == {"inference", "teacher"}
+    estimator = make_estimator(strategy.advantage, RolloutConfig(group_size=1))
+    assert estimator.uses_rewards is False
+    assert estimator([1.0, 1.0, 1.0], [True, False, True]) == Advantages((0.0, 0.0, 0.0))
+    assert estimator([0.3], [False]) == Advantages((0.0,))
 
 
 def test_mopd_strategy_loss_and_metrics_over_micro_batches():
@@ -145,8 +158,9 @@ def test_mopd_strategy_loss_and_metrics_over_micro_batches():
     total = torch.zeros(())
     for rows, env in ((slice(0, 1), "a"), (slice(1, 2), "b")):
         x = logp[rows].clone().requires_grad_(True)
-        inputs = LossInputs(x, mask[rows], torch.zeros(1), num_tokens=7.0, num_sequences=2, inference_logp=inf[rows],
-                            teacher_logp=teacher[rows], teacher_top1=top1[rows], env_ids=(env,))
+        sources = {"inference": SourceTensors(inf[rows]), "teacher": SourceTensors(teacher[rows], top1[rows])}
+        inputs = LossInputs(x, mask[rows], torch.zeros(1), num_tokens=7.0, num_sequences=2, sources=sources,
+                            env_ids=(env,))
         loss, metrics = strategy.loss(inputs)
         total = total + loss.detach()
         for key, value in metrics.items():
@@ -166,7 +180,7 @@ def test_mopd_strategy_loss_and_metrics_over_micro_batches():
 
 
 def test_mopd_refuses_tokens_the_teacher_did_not_score():
-    inputs = LossInputs(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1), 2.0, 1, inference_logp=torch.zeros(1, 2),
-                        teacher_logp=torch.tensor([[0.0, float("nan")]]))
+    sources = {"inference": SourceTensors(torch.zeros(1, 2)), "teacher": SourceTensors(torch.tensor([[0.0, float("nan")]]))}
+    inputs = LossInputs(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1), 2.0, 1, sources=sources)
     with pytest.raises(ValueError, match="1 trained token"):
         mopd_strategy().loss(inputs)

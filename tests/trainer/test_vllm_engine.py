@@ -23,9 +23,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 import torch
 
+from cascade_envs import Env, Reward, Turn
 from cascade_envs.core import CascadeError
-from cascade_envs.policy import PolicyError, SamplingParams
-from tests.trainer.toys import tiny_model, tiny_tokenizer
+from cascade_envs.policy import ContextOverflowError, PolicyError, SamplingParams
+from tests.trainer.toys import ROLES, WORDS, tiny_model, tiny_tokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -162,10 +163,38 @@ def test_stop_strings_and_length(setup):
     assert len(stopped.token_ids) == len(stopped.logprobs) <= 3
 
 
+def test_a_prompt_over_max_model_len_is_a_context_overflow(setup):
+    engine, _, _ = setup
+    with pytest.raises(ContextOverflowError, match="max_model_len"):
+        engine.generate([[{"role": "user", "content": "yes " * 200}]], SamplingParams(max_tokens=4))
+
+
+def test_an_overflowing_multi_turn_episode_is_truncated_not_masked(setup):
+    from cascade_envs.rollout import RolloutRunner
+
+    engine, _, _ = setup
+    sampling = SamplingParams(max_tokens=8, temperature=0.0, stop=[*WORDS, *ROLES])  # each turn ends on a word
+    runner = RolloutRunner(engine, sampling=sampling, envs={"t/Long-v0": LongTurns()})
+    (group,) = runner.run([("t/Long-v0", {"prompt": "say the word yes"})])
+    (episode,) = group.episodes
+    assert episode.error is None and episode.truncated and not episode.reward.masked
+    assert episode.turns >= 1 and "context overflow" in str(episode.reward.reason)
+
+
+class LongTurns(Env):
+    """Each env turn answers with 40 more words, until the prompt overflows the engine's 128 tokens."""
+
+    max_turns = 20
+
+    async def aturn(self, episode, completion):
+        return Turn(observation=[{"role": "user", "content": "yes " * 40}])
+
+    async def ascore(self, task, answer):
+        return Reward(1.0)
+
+
 def test_bad_requests_fail_alone(setup):
     engine, _, _ = setup
-    with pytest.raises(PolicyError, match="max_model_len"):
-        engine.generate([[{"role": "user", "content": "yes " * 200}]], SamplingParams(max_tokens=4))
     with pytest.raises(PolicyError, match="top_p"):
         engine.generate(MESSAGES, SamplingParams(max_tokens=4, top_p=0.0))
     with pytest.raises(PolicyError, match="list of dicts"):

@@ -2,7 +2,7 @@
 
 One module-scoped ``VLLMTeacher`` over a saved tiny Llama (head size 32, which vLLM's CPU attention
 accepts; weights perturbed so the distribution is sharp and top-1 is meaningful). Its scores must
-equal ``HFTeacher``'s forward pass of the same checkpoint, and a MOPD trainer with
+equal ``HFScorer``'s forward pass of the same checkpoint, and a MOPD trainer with
 ``mopd.teacher_engine: vllm`` must score each step with one ``generate`` call per teacher.
 
 The config tests need no vLLM; the others skip without it, except under ``CASCADE_REQUIRE_VLLM=1``
@@ -22,8 +22,9 @@ torch = pytest.importorskip("torch")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 from cascade_envs.core import CascadeError  # noqa: E402
-from cascade_envs.trainer.batch import TrainSequence  # noqa: E402
-from cascade_envs.trainer.config import ConfigError, config_from_dict  # noqa: E402
+from cascade_envs.trainer.checks import config_from_dict  # noqa: E402
+from cascade_envs.trainer.config import ConfigError  # noqa: E402
+from cascade_envs.trainer.sequence import TrainSequence  # noqa: E402
 from tests.trainer.toys import WORDS, tiny_model, tiny_tokenizer  # noqa: E402
 
 TOL = 1e-4  # float32 on both sides: max |vLLM - transformers| measured 1.05e-5 over 161 tokens
@@ -81,12 +82,12 @@ def sequences(n: int = 6, seed: int = 0) -> list[TrainSequence]:
 def hf_scores(teacher_dir: Path, seqs: list[TrainSequence], temperature: float = 1.0) -> Any:
     from transformers import AutoModelForCausalLM
 
-    from cascade_envs.trainer.teachers import HFTeacher
+    from cascade_envs.trainer.sources import HFScorer
 
     model = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
     # One sequence per micro-batch: the shared-prompt path of ``response_logits`` currently attends
     # with the loss mask, so env tokens (loss mask 0) would be hidden from later positions.
-    return HFTeacher("hf", model, pad_id=tiny_tokenizer().pad_token_id, micro_batch_size=1,
+    return HFScorer("hf", model, pad_id=tiny_tokenizer().pad_token_id, micro_batch_size=1,
                      temperature=temperature).score(seqs)
 
 
@@ -152,9 +153,9 @@ def test_sequences_that_do_not_fit_fail_naming_the_key(teacher):
 @pytest.mark.slow
 def test_a_mopd_trainer_with_vllm_teachers_generates_once_per_teacher_per_step(teacher, teacher_dir, tiny_model_dir,
                                                                                  tmp_path, monkeypatch):
-    """``from_config`` builds a VLLMTeacher per teacher folder (here the module's engine, to start vLLM once)."""
-    from cascade_envs.trainer import vllm_teacher
-    from cascade_envs.trainer.grpo import GRPOTrainer
+    """``load_teachers`` builds a VLLMTeacher per teacher folder (here the module's engine, to start vLLM once)."""
+    from cascade_envs.trainer import teachers
+    from cascade_envs.trainer.loop import Trainer
 
     built: list[tuple[str, str, dict[str, Any]]] = []
 
@@ -162,13 +163,13 @@ def test_a_mopd_trainer_with_vllm_teachers_generates_once_per_teacher_per_step(t
         built.append((name, path, {"temperature": temperature, **kwargs}))
         return teacher
 
-    monkeypatch.setattr(vllm_teacher, "VLLMTeacher", build)
+    monkeypatch.setattr(teachers, "VLLMTeacher", build)
     config = mopd_config(tiny_model_dir, tmp_path, {ENV_A: str(teacher_dir)}, default=str(teacher_dir),
                          teacher_engine="vllm", teacher_engine_kwargs={"max_model_len": 128})
-    trainer = GRPOTrainer(config)
+    trainer = Trainer(config)
     assert built == [(f"mopd.teachers.{ENV_A}", str(teacher_dir.resolve()),
                       {"temperature": 1.0, "dtype": "float32", "max_model_len": 128})]
-    assert trainer.teachers.teacher_of(ENV_A) == trainer.teachers.teacher_of(ENV_B)
+    assert trainer.sources["teacher"].scorer_of(ENV_A) == trainer.sources["teacher"].scorer_of(ENV_B)
     calls = teacher.generate_calls
     for step in range(2):
         trainer.train_step()
