@@ -20,7 +20,9 @@ Beyond SWE-bench, for repositories that travel with the row instead of in an ima
 - ``test_globs``: ``fnmatch`` patterns of the repository's test files and helpers, added to the
   defaults of ``changes.TEST_GLOBS``: the grader owns them, the agent's edits to them are ignored;
 - ``workdir`` (default ``/testbed``), ``setup_cmd`` (a shell command run after the copy; failing
-  masks the episode).
+  masks the episode);
+- ``install_cmd``: a shell command run once when the row's per-instance docker image is built
+  (``images.py``: its test dependencies), never in an episode.
 
 ``test_cmd`` (SWE-bench's per-repository command) is not used: the runner runs the test ids itself.
 A row needs a ``repo_snapshot`` or an ``image``.
@@ -55,6 +57,7 @@ class SweTask:
     test_globs: tuple[str, ...]
     workdir: str
     setup_cmd: str | None
+    install_cmd: str | None
     image: str | None
     base_commit: str | None
     files: dict[str, str] | None
@@ -114,9 +117,10 @@ def read_task(row: dict[str, Any]) -> SweTask:
     files, source = _snapshot(row.get("repo_snapshot"))
     if files is None and source is None and image is None:
         raise TaskError("a row needs a repository: 'repo_snapshot' or an 'image' that holds it", "repo_snapshot")
-    setup = row.get("setup_cmd")
-    if setup is not None and (not isinstance(setup, str) or not setup.strip()):
-        raise TaskError("expected a shell command", "setup_cmd")
+    setup, install = row.get("setup_cmd"), row.get("install_cmd")
+    for name, command in (("setup_cmd", setup), ("install_cmd", install)):
+        if command is not None and (not isinstance(command, str) or not command.strip()):
+            raise TaskError("expected a shell command", name)
     instance = row.get("instance_id")
     base = row.get("base_commit")
     return SweTask(
@@ -130,6 +134,7 @@ def read_task(row: dict[str, Any]) -> SweTask:
         test_globs=tuple(globs),
         workdir=os.path.normpath(workdir),
         setup_cmd=setup,
+        install_cmd=install,
         image=image,
         base_commit=base if isinstance(base, str) else None,
         files=files,
