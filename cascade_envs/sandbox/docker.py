@@ -31,6 +31,7 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import struct
 import time
 from collections.abc import Mapping
@@ -46,7 +47,8 @@ log = logging.getLogger("cascade_envs.sandbox")
 WORKDIR = "/sandbox"
 HEADER = struct.Struct(">BxxxI")
 LABEL = "cascade-envs.sandbox"
-"""Label of every container this backend starts (``docker ps --filter label=cascade-envs.sandbox``)."""
+"""Label of every container this backend starts, valued ``<host>:<pid>`` of the process that started it
+(``docker ps --filter label=cascade-envs.sandbox``)."""
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?"
 REFERENCE = re.compile(rf"{_HOST}{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?"
@@ -126,7 +128,7 @@ class DockerSession(Session):
             # exec: compiled programs run from the work dir; no working_dir: the daemon would make it root's 0755
             tmpfs={self.launch.workdir: f"size={workdir_mb}m,mode=1777,exec", "/tmp": f"size={sb.tmp_mb}m,mode=1777,exec"},
             volumes=volumes, environment=self.launch.env,
-            labels={LABEL: "1", **sb.labels},
+            labels={LABEL: f"{socket.gethostname()}:{os.getpid()}", **sb.labels},
         )
         import docker.errors
 
@@ -139,7 +141,7 @@ class DockerSession(Session):
         try:
             if ws is not None and ws.source is None:
                 self._archive = await asyncio.to_thread(self._image_tree, self.container, ws.workdir, ws.workdir_mb)
-            socket = await asyncio.to_thread(
+            attached = await asyncio.to_thread(
                 self.container.attach_socket, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             await asyncio.to_thread(self.container.start)
         except SandboxError:
@@ -149,7 +151,7 @@ class DockerSession(Session):
             if "executable file not found" in why or "no such file or directory" in why:
                 why = f"the image {image!r} has no {sb.python} for the sandbox agent ({why})"
             raise SandboxError(f"docker sandbox did not start: {why}") from None
-        raw = getattr(socket, "_sock", socket)
+        raw = getattr(attached, "_sock", attached)
         raw.setblocking(False)
         stream_reader, self._writer = await asyncio.open_connection(sock=raw, limit=STREAM_LIMIT)
         self._reader = asyncio.StreamReader(limit=STREAM_LIMIT)

@@ -268,3 +268,35 @@ def test_a_daemon_that_stops_mid_command_loses_the_session_and_then_refuses_clea
     assert time.monotonic() - start < 60
     private_daemon.start()  # back again: it removed the container it stopped (--rm)
     assert private_daemon.containers() == []
+
+
+# ----- cascade-envs build-image ----------------------------------------------------------------------
+
+def test_build_image_keeps_what_is_there_and_builds_swe_instance_images(tmp_path):
+    import json
+
+    backend_or_skip("docker")
+    docker_support.require("swe-base")
+    (tmp_path / "repo" / "calc").mkdir(parents=True)
+    (tmp_path / "repo" / "calc" / "__init__.py").write_text("def add(a, b):\n    return a - b\n")
+    row = {"instance_id": f"cli__calc-{unique_marker().replace('.', '')}", "problem_statement": "add subtracts",
+           "FAIL_TO_PASS": ["tests.test_calc.T.test_add"], "repo_snapshot": str(tmp_path / "repo")}
+    tasks = tmp_path / "rows.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "cascade_envs", "build-image", *args], capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "CASCADE_ENVS_IMAGE_CACHE": str(docker_support.CACHE)})
+
+    kept = cli("sandbox")
+    assert kept.returncode == 0 and kept.stdout.strip() == f"{images.SANDBOX_IMAGE}: present", kept
+    first, second = cli("swe", "--tasks", str(tasks)), cli("swe", "--tasks", str(tasks))
+    assert first.returncode == 0 and second.returncode == 0, (first, second)
+    name = first.stdout.split()[-2].rstrip(":")
+    assert name.startswith(images.SWE_IMAGE_PREFIX + "cli-calc-") and first.stdout.endswith(": built\n"), first
+    assert second.stdout.endswith(f"{name}: present\n"), second
+    assert images.client().images.get(name).labels[images.KEY_LABEL] == name.rpartition(":")[2]
+    tasks.write_text(json.dumps({**row, "FAIL_TO_PASS": []}) + "\n")
+    bad = cli("swe", "--tasks", str(tasks))
+    assert bad.returncode == 2 and "FAIL_TO_PASS" in bad.stderr, bad
+    images.client().images.remove(name)
