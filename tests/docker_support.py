@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,16 @@ def prepare(log: Any = print) -> None:
     if why is None:
         from cascade_envs.sandbox import images
 
-        client = images.client()
-        for kind in KINDS:
+        def build(kind: str) -> str | None:
             try:
-                images.build_base(images.BASES[kind], client, cache_dir=CACHE, log=lambda m: log(f"docker test image {m}"))
-                reasons[kind] = None
+                images.build_base(images.BASES[kind], images.client(), cache_dir=CACHE,
+                                  log=lambda m: log(f"docker test image {m}"))
             except Exception as exc:
-                reasons[kind] = f"image {images.BASES[kind].name} could not be built: {exc}"
+                return f"image {images.BASES[kind].name} could not be built: {exc}"
+            return None
+
+        with ThreadPoolExecutor(len(KINDS)) as pool:  # a first run builds both roots at once (minutes each)
+            reasons = dict(zip(KINDS, pool.map(build, KINDS), strict=True))
     CACHE.mkdir(parents=True, exist_ok=True)
     STATE.write_text(json.dumps({"daemon": why, "images": reasons}))
 
@@ -79,29 +83,35 @@ def require(kind: str = "sandbox") -> None:
         pytest.skip(message)
 
 
-def containers(label: str) -> list[Any]:
-    """Every container (running or not) carrying ``label`` (``key=value``)."""
+@cache
+def client() -> Any:
+    """One docker client for the tests' own look-ups."""
     from cascade_envs.sandbox import images
 
-    return images.client().containers.list(all=True, filters={"label": label})
+    return images.client()
+
+
+def containers(label: str) -> list[Any]:
+    """Every container (running or not) carrying ``label`` (``key=value``)."""
+    return client().containers.list(all=True, filters={"label": label})
 
 
 def volumes() -> set[str]:
-    from cascade_envs.sandbox import images
-
-    return {v.name for v in images.client().volumes.list()}
+    return {v.name for v in client().volumes.list()}
 
 
 class PrivateDaemon:
     """A Docker daemon of a test's own (socket, data and state under ``folder``), to stop and start at will.
 
-    No bridge and no iptables rules: its containers only ever run without network. ``start`` imports
-    the cached root of ``kind`` into it, so the image exists there too.
+    It gets a bridge of its own and no iptables rules (its containers only ever run without network):
+    ``--bridge=none`` would make it delete the ``docker0`` of the machine's daemon. ``start`` imports the
+    cached root of ``kind`` into it, so the image exists there too.
     """
 
     def __init__(self, folder: Path, kind: str = "sandbox"):
         self.folder, self.kind = folder, kind
         self.url = f"unix://{folder}/d.sock"
+        self.bridge = f"cdt{os.getpid() % 100000}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> None:
@@ -110,11 +120,13 @@ class PrivateDaemon:
         exe = shutil.which("dockerd")
         if exe is None:
             (pytest.fail if REQUIRED else pytest.skip)("dockerd is not installed (apt-get install docker.io)")
+        subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], capture_output=True)
         with open(self.folder / "dockerd.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [exe, "-H", self.url, "--data-root", f"{self.folder}/data", "--exec-root", f"{self.folder}/x",
-                 "--pidfile", f"{self.folder}/d.pid", "--bridge=none", "--iptables=false", "--ip-masq=false",
-                 "--shutdown-timeout=2"], stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+                 "--pidfile", f"{self.folder}/d.pid", f"--bridge={self.bridge}", "--iptables=false",
+                 "--ip-masq=false", "--shutdown-timeout=2"], stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -145,4 +157,5 @@ class PrivateDaemon:
     def close(self) -> None:
         self.stop()
         subprocess.run(["umount", "-R", "-l", str(self.folder / "data")], capture_output=True)  # leftover overlays
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
         shutil.rmtree(self.folder, ignore_errors=True)

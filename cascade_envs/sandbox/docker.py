@@ -89,6 +89,7 @@ class DockerSession(Session):
 
     sandbox: DockerSandbox
     container: Any = None
+    _attached: Any = None
     _archive: bytes | None = None
     _pump: asyncio.Task[None] | None = None
 
@@ -154,6 +155,9 @@ class DockerSession(Session):
         raw = getattr(attached, "_sock", attached)
         raw.setblocking(False)
         stream_reader, self._writer = await asyncio.open_connection(sock=raw, limit=STREAM_LIMIT)
+        if raw is not attached:
+            attached.close()  # the SDK's file wrapper: the socket is the transport's now, closed with it
+        self._attached = self._writer  # Session.aclose drops _writer before _terminate: this one is closed there
         self._reader = asyncio.StreamReader(limit=STREAM_LIMIT)
         self._stderr = bytearray()
         self._pump = asyncio.create_task(self._demux_loop(stream_reader))
@@ -200,16 +204,13 @@ class DockerSession(Session):
     def _kill(self) -> None:
         # Closing the attach socket closes the agent's stdin (stdin_once): it exits after its current
         # command and the daemon removes the container; aclose removes it at once (never a blocking call here).
-        if self._writer is not None:
+        if self._attached is not None:
             with contextlib.suppress(Exception):
-                self._writer.close()
+                self._attached.close()
 
     async def _terminate(self) -> None:
         container, self.container = self.container, None
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            with contextlib.suppress(Exception):
-                writer.close()
+        self._kill()
         if container is not None:
             await asyncio.to_thread(_remove, container, self.sandbox.api_timeout_s)
         if self._pump is not None:
