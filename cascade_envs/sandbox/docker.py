@@ -31,6 +31,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import socket
 import struct
 import time
@@ -38,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import STREAM_LIMIT, Launch, Sandbox, Session, agent_source
-from .images import SANDBOX_IMAGE, build_hint
+from .images import SANDBOX_IMAGE, build_hint, client
 from .results import SandboxError
 from .workspace import Workspace
 
@@ -89,6 +90,9 @@ class DockerSession(Session):
 
     sandbox: DockerSandbox
     container: Any = None
+    _creating: asyncio.Future[Any] | None = None
+    _api: Any = None
+    _name = ""
     _attached: Any = None
     _archive: bytes | None = None
     _pump: asyncio.Task[None] | None = None
@@ -116,7 +120,7 @@ class DockerSession(Session):
             raise SandboxError(f"docker sandbox: container_memory_mb={sb.container_memory_mb} cannot hold its tmpfs "
                                f"mounts (work dir {workdir_mb} MB, /tmp {sb.tmp_mb} MB, /dev/shm {sb.shm_mb} MB) "
                                "and the agent: raise it or lower the caps")
-        client = await sb.aclient()
+        daemon = await sb.aclient()
         volumes = {m.source: {"bind": m.target, "mode": "rw" if m.writable else "ro"} for m in ws.mounts} if ws else {}
         options = dict(
             command=self.launch.argv, stdin_open=True, auto_remove=True,  # not detached: StdinOnce
@@ -133,8 +137,12 @@ class DockerSession(Session):
         )
         import docker.errors
 
+        self._api = daemon.api
+        self._name = f"cascade-sandbox-{secrets.token_hex(8)}"  # removable by name even if this start is cancelled
+        self._creating = asyncio.ensure_future(asyncio.to_thread(daemon.containers.create, image, name=self._name,
+                                                                 **options))
         try:
-            self.container = await asyncio.to_thread(client.containers.create, image, **options)
+            self.container = await asyncio.shield(self._creating)
         except docker.errors.ImageNotFound:
             raise SandboxError(f"docker image {image!r} is not here: {build_hint(image)}") from None
         except Exception as exc:
@@ -209,33 +217,36 @@ class DockerSession(Session):
                 self._attached.close()
 
     async def _terminate(self) -> None:
-        container, self.container = self.container, None
         self._kill()
-        if container is not None:
-            await asyncio.to_thread(_remove, container, self.sandbox.api_timeout_s)
+        creating, self._creating, self.container = self._creating, None, None
+        if creating is not None:  # a create still under way (a cancelled start) is waited for, then removed
+            await asyncio.wait({creating}, timeout=self.sandbox.api_timeout_s)
+            if not creating.cancelled():
+                creating.exception()  # retrieved: the start already reported it
+            await asyncio.to_thread(_remove, self._api, self._name, self.sandbox.api_timeout_s)
         if self._pump is not None:
             self._pump.cancel()
             with contextlib.suppress(BaseException):
                 await self._pump
 
 
-def _remove(container: Any, timeout_s: float) -> None:
-    """Remove ``container`` and its anonymous volumes, waiting (bounded) for a removal already under way."""
+def _remove(api: Any, name: str, timeout_s: float) -> None:
+    """Remove container ``name`` and its anonymous volumes, waiting (bounded) for a removal already under way."""
     import docker.errors
 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            container.remove(force=True, v=True)
+            api.remove_container(name, force=True, v=True)
         except docker.errors.NotFound:
             return
         except docker.errors.APIError as exc:
             if exc.status_code != 409 or time.monotonic() > deadline:  # 409: removal in progress (--rm)
-                log.warning("docker container %s not removed: %s", container.short_id, _daemon_error(exc))
+                log.warning("docker container %s not removed: %s", name, _daemon_error(exc))
                 return
         except Exception as exc:  # the daemon is gone: it removes --rm containers when it stops or starts again
-            log.warning("docker container %s not removed now (%s); the daemon removes it (--rm)",
-                        container.short_id, _daemon_error(exc))
+            log.warning("docker container %s not removed now (%s); the daemon removes it (--rm)", name,
+                        _daemon_error(exc))
             return
         time.sleep(0.05)
 
@@ -277,20 +288,17 @@ class DockerSandbox(Sandbox):
         """This process's client of the daemon (made once; ``SandboxError`` when it cannot be reached)."""
         if self._client is None:
             try:
-                self._client = await asyncio.to_thread(_client, self.base_url, self.api_timeout_s)
-            except Exception as exc:
-                raise SandboxError(f"docker sandbox did not start: no Docker daemon reachable: {_daemon_error(exc)}"
-                                   ) from None
+                self._client = await asyncio.to_thread(client, self.base_url, self.api_timeout_s)
+            except SandboxError as exc:
+                raise SandboxError(f"docker sandbox did not start: {exc}") from None
         return self._client
 
     @classmethod
     def unavailable(cls) -> str | None:
         try:
-            _client(None, 5).ping()
-        except ImportError:
-            return "the docker SDK is not installed: pip install 'cascade-envs[swe]'"
-        except Exception as exc:
-            return f"no Docker daemon reachable: {_daemon_error(exc)}"
+            client(None, 5).close()
+        except SandboxError as exc:
+            return str(exc)
         return None
 
     def _launch(self, network: bool) -> Launch:
@@ -308,10 +316,3 @@ class DockerSandbox(Sandbox):
         env = {"LANG": "C.UTF-8", "HOME": workdir}  # PATH: the image's (its python3 may live anywhere)
         argv = [self.python, "-I", "-S", "-c", agent_source(), workdir, f"account={workdir}:/tmp:/dev/shm,ipc"]
         return Launch(argv, workdir, env=env, network=network, agent_protected=True, nproc_rlimit=False)
-
-
-def _client(base_url: str | None, timeout_s: float) -> Any:
-    import docker
-
-    environment = {**os.environ, "DOCKER_HOST": base_url} if base_url else None
-    return docker.from_env(timeout=int(max(1, timeout_s)), max_pool_size=64, environment=environment)

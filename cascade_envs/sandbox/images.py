@@ -88,17 +88,22 @@ def default_cache_dir() -> Path:
     return Path(folder) if folder else Path.home() / ".cache" / "cascade-envs" / "images"
 
 
-def client(base_url: str | None = None) -> Any:
-    """A docker client for building (long calls: a large import or build takes minutes)."""
+def client(base_url: str | None = None, timeout_s: float = API_TIMEOUT_S) -> Any:
+    """A client of the daemon at ``base_url`` (default: ``DOCKER_HOST`` or the local socket) that answered a
+    ping; every call is bounded by ``timeout_s``. ``SandboxError``, saying why, when none answers."""
     try:
         import docker
     except ImportError:
-        raise SandboxError("building images needs the docker SDK: pip install 'cascade-envs[swe]'") from None
+        raise SandboxError("the docker SDK is not installed: pip install 'cascade-envs[swe]'") from None
     environment = {**os.environ, "DOCKER_HOST": base_url} if base_url else None
     try:
-        made = docker.from_env(timeout=API_TIMEOUT_S, environment=environment)
+        made = docker.from_env(timeout=int(max(1, timeout_s)), max_pool_size=64, environment=environment)
+    except Exception as exc:
+        raise SandboxError(f"no Docker daemon reachable: {type(exc).__name__}: {exc}") from None
+    try:
         made.ping()
     except Exception as exc:
+        made.close()
         raise SandboxError(f"no Docker daemon reachable: {type(exc).__name__}: {exc}") from None
     return made
 

@@ -175,6 +175,27 @@ def test_a_container_killed_from_outside_is_a_lost_sandbox_and_is_removed():
     assert left(marker) == []
 
 
+def test_a_start_cancelled_at_any_point_leaves_no_container():
+    """An episode's deadline may cancel a session while its container is being created, started or filled."""
+    marker = unique_marker()
+    sandbox = labelled(marker)
+
+    async def go():
+        for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8):
+            start = asyncio.create_task(sandbox.asession(workspace=Workspace(workdir="/opt", image=images.SANDBOX_IMAGE)))
+            await asyncio.sleep(delay)
+            start.cancel()
+            try:
+                session = await start
+            except asyncio.CancelledError:
+                continue
+            await session.aclose()  # it had started before the cancel
+
+    asyncio.run(go())
+    time.sleep(0.5)
+    assert left(marker) == []
+
+
 def test_a_killed_host_process_leaves_no_container():
     """The process holding sessions dies (SIGKILL): each agent reads EOF, exits, and the daemon removes it."""
     marker = unique_marker()
