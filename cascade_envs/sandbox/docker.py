@@ -5,11 +5,10 @@ as PID 1, with the same per-command accounting as ``bwrap`` (what a command writ
 dir, ``/tmp`` and ``/dev/shm`` and the memory of all its processes count against its
 ``memory_mb``; System V objects are removed after it). The container itself: a read-only root,
 size-capped tmpfs work dir, ``/tmp`` and ``/dev/shm`` (the only writable places), no network unless
-asked, no capabilities, ``no-new-privileges``, uid ``run_as`` (65534; ``workspace_user``, root, on
-a workspace's own image), a PID limit, a memory
-limit (which also holds the tmpfs mounts), CPU shares, and ``--rm``: the daemon removes it (with any
-anonymous volume its image declares) as soon as the agent exits, even when the host process that
-started it dies or the daemon restarts. The agent's stdin/stdout travel over the attach socket,
+asked, no capabilities, ``no-new-privileges``, uid ``run_as`` (65534; ``workspace_user``, root, in
+workspace mode), a PID limit, a memory limit (which also holds the tmpfs mounts), CPU shares, and
+``--rm``: the daemon removes it (with any anonymous volume its image declares) as soon as the agent
+exits, even when the host process that started it dies or the daemon restarts. The agent's stdin/stdout travel over the attach socket,
 whose stdout/stderr frames are de-multiplexed here.
 
 Images are never pulled: a missing one is a ``SandboxError`` at session start naming the command
@@ -21,7 +20,10 @@ sandbox's) and works in ``workspace.workdir``, a tmpfs of ``workspace.workdir_mb
 holds at that path (a SWE instance image's repository at ``/testbed``) is copied in when the session
 starts (read from the container before it runs, unpacked with the image's ``tar``), or, with a
 ``workspace.source``, that tree instead; so commands write nowhere else, the image is never
-changed, and what they write is bounded and held in RAM. ``workspace.mounts`` are bind mounts; ``root`` is refused.
+changed, and what they write is bounded and held in RAM. Workspace sessions run as
+``workspace_user`` (root without capabilities, as SWE images expect: a tmpfs over a directory the
+image has keeps that directory's owner and mode). ``workspace.mounts`` are bind mounts; ``root``
+is refused.
 """
 
 from __future__ import annotations
@@ -127,8 +129,7 @@ class DockerSession(Session):
             network_disabled=not self.launch.network, mem_limit=f"{sb.container_memory_mb}m",
             memswap_limit=f"{sb.container_memory_mb}m", pids_limit=int(self.defaults["nproc"]) + 8,
             nano_cpus=int(sb.cpus * 1e9), read_only=True, cap_drop=["ALL"],
-            # the tmpfs over an image's own workdir keeps that dir's owner and mode (root's, in SWE images)
-            user=sb.workspace_user if ws is not None and ws.image else f"{sb.run_as}:{sb.run_as}",
+            user=sb.workspace_user if ws is not None else f"{sb.run_as}:{sb.run_as}",
             security_opt=["no-new-privileges"], shm_size=f"{sb.shm_mb}m", ipc_mode="private", hostname="sandbox",
             # exec: compiled programs run from the work dir; no working_dir: the daemon would make it root's 0755
             tmpfs={self.launch.workdir: f"size={workdir_mb}m,mode=1777,exec", "/tmp": f"size={sb.tmp_mb}m,mode=1777,exec"},
@@ -157,7 +158,7 @@ class DockerSession(Session):
             raise
         except Exception as exc:
             why = _daemon_error(exc)
-            if "executable file not found" in why or "no such file or directory" in why:
+            if f'exec: "{sb.python}"' in why:
                 why = f"the image {image!r} has no {sb.python} for the sandbox agent ({why})"
             raise SandboxError(f"docker sandbox did not start: {why}") from None
         raw = getattr(attached, "_sock", attached)
@@ -259,9 +260,9 @@ class DockerSandbox(Sandbox):
     ``workdir_mb``, ``tmp_mb``, ``shm_mb``: the tmpfs caps; ``cpus``: CPU shares; ``base_url``: the
     daemon (default: ``DOCKER_HOST`` or the local socket, so an actor on another node uses its own);
     ``labels``: added to every container; ``api_timeout_s``: the bound of every daemon call;
-    ``workspace_user``: the user of sessions on a workspace's own image (default ``0:0``, root, whose
-    files SWE images' repositories are; still without capabilities); every other session runs as
-    ``run_as`` (65534).
+    ``workspace_user``: the user of workspace sessions (default ``0:0``, root, whose files SWE
+    images' repositories are; still without capabilities); every other session runs as ``run_as``
+    (65534). ``get_sandbox("docker")`` checks the default daemon (``DOCKER_HOST`` or the local socket).
     """
 
     name = "docker"
