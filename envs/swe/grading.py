@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from cascade_envs.core import Reward
 from cascade_envs.sandbox import ExecResult, Sandbox, SandboxError, Session, Workspace
+from cascade_envs.sandbox.docker import DockerSandbox
 
 from .changes import Change, ChangeError, Manifest, collect
 from .images import image_for
@@ -83,8 +84,8 @@ async def open_workspace(sandbox: Sandbox, task: SweTask, *, hidden: Sequence[st
                          setup_timeout_s: float = SETUP_TIMEOUT_S, check_patch: bool = True) -> Session:
     """A session holding the task's base repository, set up (and the test patch checked to apply to it,
     with ``check_patch``); ``SandboxError`` if it cannot be had."""
-    if sandbox.name == "docker":  # the repository is in the row's image, or its per-instance one (images.py)
-        workspace, files = Workspace(workdir=task.workdir, image=image_for(task)), None
+    if isinstance(sandbox, DockerSandbox):  # the repository is in the row's image or its per-instance one
+        workspace, files = Workspace(workdir=task.workdir, image=image_for(task), workdir_mb=sandbox.workdir_mb), None
     else:
         workspace, files = Workspace(workdir=task.workdir, source=task.source, hidden=tuple(hidden)), task.files
     session = await sandbox.asession(workspace=workspace, files=files)

@@ -70,12 +70,13 @@ def test_install_cmd_bakes_test_dependencies_into_the_image(tmp_path):
     assert name == image_for(task)
 
     async def go():
-        session = await open_workspace(DockerSandbox(**LIMITS), task, check_patch=False)
+        session = await open_workspace(DockerSandbox(workdir_mb=300, **LIMITS), task, check_patch=False)
         async with session:
-            return await session.arun(["python3", "-c", "import app; print(app.ANSWER)"])
+            return await session.arun(["sh", "-c", "python3 -c 'import app; print(app.ANSWER)'; df -m . | tail -1"])
 
     result = asyncio.run(go())
-    assert result.ok and result.text == "42\n", result
+    assert result.ok and result.text.split("\n")[0] == "42", result
+    assert result.text.split("\n")[1].split()[1] == "300", result  # the sandbox's workdir_mb caps the workspace
 
 
 def test_a_missing_image_masks_the_episode_naming_the_command_that_builds_it():
