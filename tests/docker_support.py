@@ -64,7 +64,7 @@ def unavailable(kind: str = "sandbox") -> str | None:
     from cascade_envs.sandbox import images
 
     spec = images.BASES[kind]
-    if images.labelled(images.client(), spec.name, spec.key):
+    if images.labelled(client(), spec.name, spec.key):
         return None
     try:
         built = json.loads(STATE.read_text())["images"].get(kind)
