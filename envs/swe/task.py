@@ -38,6 +38,7 @@ from typing import Any
 
 from cascade_envs.core import TaskError
 from cascade_envs.data import BUNDLED, DataError, decode_json_field, resolve_path
+from cascade_envs.sandbox.docker import REFERENCE
 
 FRAMEWORKS = ("unittest", "pytest")
 MAX_SNAPSHOT_MB = 64
@@ -111,9 +112,10 @@ def read_task(row: dict[str, Any]) -> SweTask:
     workdir = _text(row, "workdir", default="/testbed")
     if not workdir.startswith("/") or os.path.normpath(workdir) in ("/", "/tmp", "/usr"):
         raise TaskError(f"expected an absolute directory of its own, got {workdir!r}", "workdir")
-    image = row.get("image") or row.get("docker_image") or row.get("image_name")
-    if image is not None and not isinstance(image, str):
-        raise TaskError("expected an image name", "image")
+    image_field = next((name for name in ("image", "docker_image", "image_name") if row.get(name)), "image")
+    image = row.get(image_field) or None
+    if image is not None and (not isinstance(image, str) or not REFERENCE.fullmatch(image)):
+        raise TaskError(f"expected a docker image name, got {image!r}", image_field)
     files, source = _snapshot(row.get("repo_snapshot"))
     if files is None and source is None and image is None:
         raise TaskError("a row needs a repository: 'repo_snapshot' or an 'image' that holds it", "repo_snapshot")

@@ -83,6 +83,12 @@ def test_image_names_with_shell_metacharacters_are_refused_before_any_call(name)
     with pytest.raises(SandboxError, match="is not a valid docker image name"):
         asyncio.run(sandbox.asession(workspace=Workspace(image=name)))
     assert left(marker) == [] and not os.path.exists("/tmp/cascade-pwned")
+    from cascade_envs.core import TaskError
+    from cascade_envs.envs.swe.task import read_task
+
+    with pytest.raises(TaskError, match="expected a docker image name") as info:  # a SWE row naming it: a bad row
+        read_task({"problem_statement": "x", "FAIL_TO_PASS": ["t"], "docker_image": name})
+    assert info.value.field == "docker_image"
 
 
 def test_an_image_without_python3_is_a_clear_error_with_nothing_left():
