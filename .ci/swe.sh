@@ -2,10 +2,12 @@
 # The SWE env's tests with the OpenHands SDK, which needs Python >= 3.12: in a venv of its own,
 # <repo>/.venv-swe (override: SWE_VENV=...), built here idempotently from pyenv's 3.12 (or
 # PYTHON312=...): the project, editable, with its `swe` extra (openhands-sdk, openhands-tools,
-# docker; no torch), plus pytest. A venv whose SDK already imports is reused. Runs tests/envs/swe
-# (episodes end to end in bwrap and local workspaces, the grader's attack suite) and the sandbox's
-# workspace tests; a missing SDK or interpreter fails this script, it never skips. The pytest rows
-# run on the sandbox's python3 (/usr/bin/python3): python3-pytest is installed from apt if missing.
+# docker; no torch), plus pytest and Ray. A venv whose SDK already imports is reused. Runs tests/envs/swe
+# (episodes end to end in bwrap and local workspaces and in docker containers, the grader's attack suite on
+# bwrap and docker, SWE episodes on a Ray actor) and the sandbox's workspace tests; a missing SDK or
+# interpreter fails this script, it never skips. The docker tests need a daemon (.ci/run starts one; with
+# CASCADE_ENVS_REQUIRE_DOCKER=1 they fail rather than skip without it). The pytest rows run on the
+# sandbox's python3 (/usr/bin/python3): python3-pytest is installed from apt if missing.
 #
 #   bash .ci/swe.sh [extra pytest args]
 set -euo pipefail
@@ -13,7 +15,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SWE_VENV:-$ROOT/.venv-swe}"
 PY="$VENV/bin/python"
-TEST_DEPS=(pytest pytest-timeout pytest-xdist)
+TEST_DEPS=(pytest pytest-timeout pytest-xdist "ray>=2.40")  # ray: the SWE episodes on a Ray actor (docker)
 
 log() { printf '[swe.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
 # pip, minus the warnings about this machine's absent local index folders.

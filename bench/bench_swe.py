@@ -1,5 +1,5 @@
-"""Cost of a ``cascade/SWE-v0`` episode: its workspace vs. bare ``subprocess.run``, and its clean-room
-grading vs. grading in place, in one run.
+"""Cost of a ``cascade/SWE-v0`` episode on each backend (bwrap, docker): its workspace vs. bare
+``subprocess.run``, and its clean-room grading vs. grading in place, in one run.
 
 Per episode, on a bundled repository: set up (``astart``: a sandbox session, the repository copied
 to its workdir, the base listed, the prompt), one terminal step per command (``aadvance`` with one
@@ -18,7 +18,11 @@ observation; the last command applies the gold fix), grading, and tear down (``a
 Episodes alternate between the sides so that load drift hits both alike; medians and ratios are
 printed. Needs the OpenHands SDK (Python >= 3.12): run it with ``.venv-swe/bin/python``.
 
-    python bench/bench_swe.py [--episodes 10] [--backend bwrap] [--repo durations]
+On docker each episode is a container of the row's per-instance image (built first if missing,
+offline, from ``cascade-swe-base:bookworm``: ``cascade-envs build-image swe-base``), and its
+grading a second one. A backend that cannot run here is listed as skipped, saying why.
+
+    python bench/bench_swe.py [--episodes 10] [--backends bwrap,docker] [--repo durations]
 """
 
 from __future__ import annotations
@@ -109,23 +113,37 @@ def bare(files: dict[str, str]) -> tuple[float, list[float], float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--episodes", type=int, default=10)
-    ap.add_argument("--backend", default="bwrap", help="sandbox backend of the workspace (bwrap, local, docker)")
+    ap.add_argument("--backends", default="bwrap,docker", help="sandbox backends of the workspace, comma-separated "
+                    "(bwrap, docker, local; default %(default)s)")
     ap.add_argument("--repo", default="durations", choices=("durations", "inilite"))
     args = ap.parse_args()
-    sandbox = get_sandbox(args.backend, timeout_s=60, memory_mb=2048, nproc=256)
-    env = SweEnv(sandbox=sandbox, allow_unsafe_local=args.backend == "local")
-    row = next(r for r in env.tasks or [] if r["repo"].endswith("/" + args.repo))
+    envs = {}
+    for backend in args.backends.split(","):
+        try:
+            envs[backend] = make_env(backend, args.repo)
+        except Exception as exc:
+            print(f"{backend}: skipped ({' '.join(str(exc).split())})")
+    if not envs:
+        raise SystemExit("no backend can run here")
+    some = next(iter(envs.values()))
+    row = next(r for r in some.tasks or [] if r["repo"].endswith("/" + args.repo))
     files = read_task(row).files or {}
     loop = asyncio.new_event_loop()
-    loop.run_until_complete(ours(env, row, True))  # warm-up: the SDK's first renders, the first bash
-    theirs, in_place_runs, clean_runs = [], [], []
+    for env in envs.values():
+        loop.run_until_complete(ours(env, row, True))  # warm-up: the SDK's first renders, the first bash
+    theirs: list = []
+    in_place_runs: dict[str, list] = {b: [] for b in envs}
+    clean_runs: dict[str, list] = {b: [] for b in envs}
     for _ in range(args.episodes):
         theirs.append(bare(files))
-        in_place_runs.append(loop.run_until_complete(ours(env, row, False)))
-        clean_runs.append(loop.run_until_complete(ours(env, row, True)))
+        for backend, env in envs.items():
+            in_place_runs[backend].append(loop.run_until_complete(ours(env, row, False)))
+            clean_runs[backend].append(loop.run_until_complete(ours(env, row, True)))
     loop.close()
-    env.close()
-    assert all(run[4] == 1.0 for run in in_place_runs + clean_runs), "the gold fix must score 1 both ways"
+    for env in envs.values():
+        env.close()
+    assert all(run[4] == 1.0 for runs in (*in_place_runs.values(), *clean_runs.values()) for run in runs), \
+        "the gold fix must score 1 both ways"
 
     def median(runs: list, pick) -> float:
         return statistics.median(pick(r) for r in runs)
@@ -137,16 +155,33 @@ def main() -> None:
         return r[0] + sum(r[1]) + r[2] + r[3]
 
     print(f"SWE episode on {args.repo} ({len(files)} files), {args.episodes} episodes of {len(COMMANDS)} terminal "
-          f"steps (+ the fix and grading on our side), backend {args.backend!r}; medians over episodes, in ms")
-    print(f"{'workspace':<26}{'bare subprocess':>18}{'cascade SWE-v0':>18}{'ratio':>8}")
+          f"steps (+ the fix and grading on our side); medians over episodes, in ms")
+    print(f"{'workspace':<26}{'bare subprocess':>16}" + "".join(f"{b:>12}{'ratio':>8}" for b in envs))
     for name, pick_bare, pick_ours in (("set up", lambda r: r[0], lambda r: r[0]), ("step (mean per command)", mean_step,
                                        mean_step), ("tear down", lambda r: r[2], lambda r: r[3])):
-        b, o = median(theirs, pick_bare), median(clean_runs, pick_ours)
-        print(f"{name:<26}{b * 1e3:>18.2f}{o * 1e3:>18.2f}{o / b:>7.1f}x")
-    print(f"\n{'grading':<26}{'in place (before)':>18}{'clean room':>18}{'ratio':>8}")
+        b = median(theirs, pick_bare)
+        cells = "".join(f"{median(clean_runs[k], pick_ours) * 1e3:>12.2f}{median(clean_runs[k], pick_ours) / b:>7.1f}x"
+                        for k in envs)
+        print(f"{name:<26}{b * 1e3:>16.2f}{cells}")
+    print(f"\n{'grading':<26}" + "".join(f"{k + ' in place':>18}{k + ' clean room':>20}{'ratio':>8}" for k in envs))
     for name, pick in (("grading", lambda r: r[2]), ("whole episode", episode)):
-        b, o = median(in_place_runs, pick), median(clean_runs, pick)
-        print(f"{name:<26}{b * 1e3:>18.2f}{o * 1e3:>18.2f}{o / b:>7.2f}x")
+        cells = ""
+        for k in envs:
+            b, o = median(in_place_runs[k], pick), median(clean_runs[k], pick)
+            cells += f"{b * 1e3:>18.2f}{o * 1e3:>20.2f}{o / b:>7.2f}x"
+        print(f"{name:<26}{cells}")
+
+
+def make_env(backend: str, repo: str) -> SweEnv:
+    """The env on ``backend``; on docker the bundled rows' per-instance images are built first (offline)."""
+    sandbox = get_sandbox(backend, timeout_s=60, memory_mb=2048, nproc=256)
+    env = SweEnv(sandbox=sandbox, allow_unsafe_local=backend == "local")
+    if backend == "docker":
+        from cascade_envs.envs.swe.images import build_images
+        from cascade_envs.sandbox import images
+
+        build_images([read_task(r) for r in env.tasks or []], images.client(), log=lambda message: None)
+    return env
 
 
 if __name__ == "__main__":

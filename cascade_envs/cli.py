@@ -1,4 +1,4 @@
-"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox, serve-judge, filter.
+"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox, serve-judge, filter, build-image.
 
 Every failure the user can fix is one line on stderr and a non-zero exit code; set
 ``CASCADE_ENVS_DEBUG=1`` for a traceback.
@@ -21,6 +21,8 @@ from .defaults import DEFAULT_CONCURRENCY, DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATU
 
 SANDBOX_SERVICE_MODULE = "cascade_envs.envs.code.service"
 """The code env's verification service, run by ``serve-sandbox`` (imported by name, when used)."""
+SWE_IMAGES_MODULE = "cascade_envs.envs.swe.images"
+"""The SWE env's per-instance images, built by ``build-image swe`` (imported by name, when used)."""
 
 
 def _parse_weights(text: str) -> dict[str, float]:
@@ -247,6 +249,25 @@ def _add_rollout_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def cmd_build_image(args: argparse.Namespace) -> int:
+    import importlib
+
+    from .sandbox import images
+
+    client = images.client(args.docker_host)
+    cache = Path(args.cache) if args.cache else None
+    kind = "swe-base" if args.kind == "swe" else args.kind
+    if args.kind != "swe" or args.base == images.SWE_BASE_IMAGE:
+        images.build_base(images.BASES[kind], client, cache_dir=cache, mirror=args.mirror, rebuild=args.rebuild)
+    if args.kind == "swe":
+        from .data import load_tasks
+
+        swe = importlib.import_module(SWE_IMAGES_MODULE)
+        read_task = importlib.import_module(SWE_IMAGES_MODULE.rpartition(".")[0] + ".task").read_task
+        swe.build_images(load_tasks(args.tasks or "bundled:swe/tasks.jsonl", read_task), client, base=args.base)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cascade-envs", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -326,6 +347,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder (outcomes.jsonl, kept.jsonl, histogram.txt, ...); rerun to resume")
     p.add_argument("--force", action="store_true", help="start over in an OUT_DIR made with other arguments")
     p.set_defaults(fn=cmd_filter)
+
+    p = sub.add_parser("build-image", help="build a docker image offline: sandbox, swe-base, or the SWE tasks' images")
+    p.add_argument("kind", choices=("sandbox", "swe-base", "swe"),
+                   help="sandbox: cascade-sandbox:bookworm (python3, g++); swe-base: cascade-swe-base:bookworm "
+                        "(python3, pytest, patch, git); swe: one image per task row without an image (swe-base + "
+                        "the repository at its workdir + its install_cmd)")
+    p.add_argument("--tasks", metavar="PATH", help="swe: the task rows (default bundled:swe/tasks.jsonl)")
+    p.add_argument("--base", default="cascade-swe-base:bookworm", metavar="IMAGE",
+                   help="swe: the image the per-instance images start from (default %(default)s, built if missing)")
+    p.add_argument("--mirror", metavar="URL", help="Debian mirror for mmdebstrap (default http://deb.debian.org/debian)")
+    p.add_argument("--cache", metavar="DIR", help="where root file system tarballs are kept (default "
+                   "$CASCADE_ENVS_IMAGE_CACHE or ~/.cache/cascade-envs/images)")
+    p.add_argument("--rebuild", action="store_true", help="run mmdebstrap again even when a tarball is cached")
+    p.add_argument("--docker-host", metavar="URL", help="the daemon (default $DOCKER_HOST or the local socket)")
+    p.set_defaults(fn=cmd_build_image)
     return parser
 
 

@@ -15,6 +15,14 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Where a Docker daemon answers, make sure the docker tests' images exist (once, before any worker starts)."""
+    if not hasattr(config, "workerinput"):
+        from tests import docker_support
+
+        docker_support.prepare(log=lambda message: print(message, file=sys.stderr, flush=True))
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The reference data folder (../shared/data); tests that need it skip loudly without it."""

@@ -16,6 +16,8 @@ reaches no network). Where it does not work, ``get_sandbox()`` refuses with one 
         for test in tests:
             await s.arun(["./a.out"], test.input, timeout_s=1)
 
+``get_sandbox("docker")`` keeps the same promise in containers of an image built offline
+(``cascade-envs build-image sandbox``, ``images.py``); it is never chosen without being named.
 The backend chosen is logged once per process (a warning for backends weaker than the default).
 Model code never runs unsandboxed unless the backend ``"unsafe-subprocess"`` is named explicitly.
 Agentic envs give a session a ``Workspace`` (``workspace.py``): a repository at its own path

@@ -70,6 +70,9 @@ class Launch:
     """Host directories removed when the session closes."""
     agent_protected: bool = False
     """True when nothing the agent runs can signal it (it is PID 1 of its own PID namespace)."""
+    nproc_rlimit: bool = True
+    """Bound a command's processes with ``RLIMIT_NPROC`` (per uid); False where the backend bounds them per
+    sandbox itself (docker's pids limit)."""
 
 
 class Session:
@@ -195,8 +198,9 @@ class Session:
         output_limit_mb: float | None = None,
         cwd: str = ".",
         env: Mapping[str, str] | None = None,
+        file_mb: int | None = None,
     ) -> ExecResult:
-        """Run ``argv`` in the work dir.
+        """Run ``argv`` in the work dir (``file_mb``: the largest file it may write, default the sandbox's).
 
         A sandbox that dies under the command gives ``killed_by="sandbox"``, or ``"agent_killed"``
         when the command itself killed or stopped the agent (see the module docstring).
@@ -211,8 +215,8 @@ class Session:
             "timeout_s": timeout,
             "memory_mb": int(memory_mb if memory_mb is not None else self.defaults["memory_mb"]),
             "output_limit": int((output_limit_mb or self.defaults["output_limit_mb"]) * (1 << 20)),
-            "file_mb": int(self.defaults["file_mb"]),
-            "nproc": int(self.defaults["nproc"]),
+            "file_mb": int(file_mb if file_mb is not None else self.defaults["file_mb"]),
+            "nproc": int(self.defaults["nproc"]) if self.launch.nproc_rlimit else 0,
             "cwd": cwd,
         }
         if env is None and self.workspace is not None:
@@ -381,12 +385,12 @@ class Sandbox(ABC):
         memory_mb: int | None = None,
         network: bool = False,
     ) -> ExecResult:
-        """Run one command in a fresh sandbox holding ``files``."""
-        try:
-            session = await self.asession(network=network, files=files)
-        except SandboxError as exc:
-            return ExecResult.lost(str(exc))
-        async with session:
+        """Run one command in a fresh sandbox holding ``files``.
+
+        A sandbox that cannot start raises ``SandboxError`` (never an empty result); one lost under the
+        command gives ``killed_by="sandbox"`` (``Session.arun``).
+        """
+        async with await self.asession(network=network, files=files) as session:
             return await session.arun(argv, stdin, timeout_s=timeout_s, memory_mb=memory_mb)
 
     def run(self, argv: Sequence[str], files: Mapping[str, FileData | File] | None = None, stdin: bytes | str = b"",

@@ -10,12 +10,13 @@ path its task names (e.g. ``/testbed``), plus whatever the task's image or extra
 
 - ``workdir``: where commands run and the only place (with ``/tmp`` and ``/dev/shm``) they can
   write; a size-capped RAM disk of ``workdir_mb`` in ``bwrap``, a host temp dir in ``local`` (which
-  cannot place it at ``workdir``: ``Session.workdir`` says where it really is), a tmpfs (with
-  ``source``) or the image's own writable directory (without) in ``docker``;
+  cannot place it at ``workdir``: ``Session.workdir`` says where it really is), a tmpfs of
+  ``workdir_mb`` in ``docker`` too, holding a copy of what the image has there (without ``source``);
 - ``source``: a host directory copied into the workdir when the session starts (regular files
   with their mode bits; symlinks and special files are refused);
 - ``image`` (``docker``): the container image, e.g. a SWE-bench instance image with the repository
-  already at ``/testbed``; ``root`` (``bwrap``): a host directory served read-only as ``/``
+  already at ``/testbed`` (copied into the session's tmpfs, so the image never changes); ``root``
+  (``bwrap``): a host directory served read-only as ``/``
   (an unpacked image; it must hold the sandbox's Python and an empty ``workdir``);
 - ``mounts``: extra host paths, read-only unless ``writable``;
 - ``hidden``: host directories the session must not read (e.g. the task files with gold answers):

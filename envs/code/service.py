@@ -281,8 +281,10 @@ class VerifyService:
         try:
             result = await self.sandbox.arun(request.argv, request.files, request.stdin, request.timeout_s,
                                              request.memory_mb)
-        except (ValueError, TypeError, SandboxError) as exc:
+        except (ValueError, TypeError) as exc:
             raise HTTPError(400, str(exc)) from exc
+        except SandboxError as exc:  # the sandbox could not start: the service's failure, not the request's
+            raise HTTPError(500, f"sandbox failure: {exc}") from exc
         return result.to_dict()
 
     async def run(self, payload: dict[str, Any]) -> dict[str, Any]:

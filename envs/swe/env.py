@@ -16,10 +16,11 @@ one line naming the fix.
 An episode:
 
 - setup (``on_reset``): a sandbox session whose workspace holds the repository at the task's
-  ``workdir`` (``/testbed``): the row's snapshot copied in (bwrap, local) or the task's image
-  (docker), then its ``setup_cmd``; the workspace's files are listed then, before the agent acts
-  (the base the change is read against). Anything failing here raises ``SandboxError`` from
-  ``reset``; the runner masks such an episode (``Reward.failed``), it is never scored 0;
+  ``workdir`` (``/testbed``): the row's snapshot copied in (bwrap, local) or a container of the
+  row's image or per-instance image (docker, ``images.py``), then its ``setup_cmd``; the
+  workspace's files are listed then, before the agent acts (the base the change is read against).
+  Anything failing here raises ``SandboxError`` from ``reset``; the runner masks such an episode
+  (``Reward.failed``), it is never scored 0;
 - turns: the ``<tool_call>`` blocks of each reply run in order (at most ``max_calls_per_turn``);
   broken JSON, unknown tools and bad arguments come back as error messages and the episode goes
   on. It ends when ``finish`` is called or a reply has no tool call; at ``max_turns`` (default
@@ -31,12 +32,12 @@ An episode:
   a workspace lost mid-episode (the sandbox died) masks the sample;
 - cleanup (``on_end``): the session closes and its workspace is removed.
 
-Backends: ``sandbox="bwrap"`` (default where it works) and ``"docker"`` (the task's ``image``)
-keep the host, the task rows and sibling episodes out of reach. ``"local"`` cannot (the host file
-system stays readable), so it is refused unless ``allow_unsafe_local=True``; then each session gets
-a private tree (``sandbox/local.py``: a capped tmpfs workspace whose host path replaces ``workdir``
-in the prompt, private temp dirs, the rest of the host read-only) and the task files and bundled
-rows are hidden from it.
+Backends: ``sandbox="bwrap"`` (default where it works) and ``"docker"`` (the row's image, or its
+per-instance one: ``cascade-envs build-image swe``) keep the host, the task rows and sibling
+episodes out of reach. ``"local"`` cannot (the host file system stays readable), so it is refused
+unless ``allow_unsafe_local=True``; then each session gets a private tree (``sandbox/local.py``: a
+capped tmpfs workspace whose host path replaces ``workdir`` in the prompt, private temp dirs, the
+rest of the host read-only) and the task files and bundled rows are hidden from it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ After a finished episode:
 1. the agent's change is read from its workspace and screened (``changes.py``): test files,
    hook files, compiled files, links, special files and new top-level modules are left out; a
    change with nothing left is a 0 without a test run;
-2. a fresh workspace is set up from the task (the row's snapshot or image, then ``setup_cmd``),
+2. a fresh workspace is set up from the task (the row's snapshot, or on docker its image or
+   per-instance image, ``images.py``; then ``setup_cmd``),
    the change is written into it (refusing symlinks and special files), and ``test_patch`` is
    applied with ``patch -p1`` reading it from stdin;
 3. the project's runner (``scripts/runner.py``, passed as source text, never a file the agent
@@ -33,8 +34,10 @@ from dataclasses import dataclass
 
 from cascade_envs.core import Reward
 from cascade_envs.sandbox import ExecResult, Sandbox, SandboxError, Session, Workspace
+from cascade_envs.sandbox.docker import DockerSandbox
 
 from .changes import Change, ChangeError, Manifest, collect
+from .images import image_for
 from .scripts import source
 from .task import SweTask
 
@@ -81,9 +84,11 @@ async def open_workspace(sandbox: Sandbox, task: SweTask, *, hidden: Sequence[st
                          setup_timeout_s: float = SETUP_TIMEOUT_S, check_patch: bool = True) -> Session:
     """A session holding the task's base repository, set up (and the test patch checked to apply to it,
     with ``check_patch``); ``SandboxError`` if it cannot be had."""
-    workspace = Workspace(workdir=task.workdir, source=task.source, hidden=tuple(hidden),
-                          image=task.image if sandbox.name == "docker" else None)
-    session = await sandbox.asession(workspace=workspace, files=task.files)
+    if isinstance(sandbox, DockerSandbox):  # the repository is in the row's image or its per-instance one
+        workspace, files = Workspace(workdir=task.workdir, image=image_for(task), workdir_mb=sandbox.workdir_mb), None
+    else:
+        workspace, files = Workspace(workdir=task.workdir, source=task.source, hidden=tuple(hidden)), task.files
+    session = await sandbox.asession(workspace=workspace, files=files)
     try:
         if task.setup_cmd:
             done = await session.arun(["bash", "-c", task.setup_cmd], timeout_s=setup_timeout_s)

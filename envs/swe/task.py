@@ -20,7 +20,9 @@ Beyond SWE-bench, for repositories that travel with the row instead of in an ima
 - ``test_globs``: ``fnmatch`` patterns of the repository's test files and helpers, added to the
   defaults of ``changes.TEST_GLOBS``: the grader owns them, the agent's edits to them are ignored;
 - ``workdir`` (default ``/testbed``), ``setup_cmd`` (a shell command run after the copy; failing
-  masks the episode).
+  masks the episode);
+- ``install_cmd``: a shell command run once when the row's per-instance docker image is built
+  (``images.py``: its test dependencies), never in an episode.
 
 ``test_cmd`` (SWE-bench's per-repository command) is not used: the runner runs the test ids itself.
 A row needs a ``repo_snapshot`` or an ``image``; it is read once, when its env loads it.
@@ -36,6 +38,7 @@ from typing import Any
 
 from cascade_envs.core import TaskError
 from cascade_envs.data import BUNDLED, DataError, decode_json_field, resolve_path
+from cascade_envs.sandbox.docker import REFERENCE
 
 FRAMEWORKS = ("unittest", "pytest")
 MAX_SNAPSHOT_MB = 64
@@ -55,6 +58,7 @@ class SweTask:
     test_globs: tuple[str, ...]
     workdir: str
     setup_cmd: str | None
+    install_cmd: str | None
     image: str | None
     base_commit: str | None
     files: dict[str, str] | None
@@ -108,15 +112,17 @@ def read_task(row: dict[str, Any]) -> SweTask:
     workdir = _text(row, "workdir", default="/testbed")
     if not workdir.startswith("/") or os.path.normpath(workdir) in ("/", "/tmp", "/usr"):
         raise TaskError(f"expected an absolute directory of its own, got {workdir!r}", "workdir")
-    image = row.get("image") or row.get("docker_image") or row.get("image_name")
-    if image is not None and not isinstance(image, str):
-        raise TaskError("expected an image name", "image")
+    image_field = next((name for name in ("image", "docker_image", "image_name") if row.get(name)), "image")
+    image = row.get(image_field) or None
+    if image is not None and (not isinstance(image, str) or not REFERENCE.fullmatch(image)):
+        raise TaskError(f"expected a docker image name, got {image!r}", image_field)
     files, source = _snapshot(row.get("repo_snapshot"))
     if files is None and source is None and image is None:
         raise TaskError("a row needs a repository: 'repo_snapshot' or an 'image' that holds it", "repo_snapshot")
-    setup = row.get("setup_cmd")
-    if setup is not None and (not isinstance(setup, str) or not setup.strip()):
-        raise TaskError("expected a shell command", "setup_cmd")
+    setup, install = row.get("setup_cmd"), row.get("install_cmd")
+    for name, command in (("setup_cmd", setup), ("install_cmd", install)):
+        if command is not None and (not isinstance(command, str) or not command.strip()):
+            raise TaskError("expected a shell command", name)
     instance = row.get("instance_id")
     base = row.get("base_commit")
     return SweTask(
@@ -130,6 +136,7 @@ def read_task(row: dict[str, Any]) -> SweTask:
         test_globs=tuple(globs),
         workdir=os.path.normpath(workdir),
         setup_cmd=setup,
+        install_cmd=install,
         image=image,
         base_commit=base if isinstance(base, str) else None,
         files=files,

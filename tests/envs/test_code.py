@@ -34,9 +34,13 @@ def cpp(code):
 SUM = row(["1 2\n", "-5 5\n", "1000000000000 1\n"], ["3\n", "0\n", "1000000000001\n"])
 
 
-@pytest.fixture(scope="module")
-def env():
-    return CodeEnv(tasks=[SUM], time_limit_s=2, memory_mb=256, total_time_s=20)
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
+def env(request):
+    """The env on each backend that keeps the default's promise (docker: see tests/docker_support.py)."""
+    from tests.sandbox.conftest import backend_or_skip
+
+    backend_or_skip(request.param)
+    return CodeEnv(tasks=[SUM], sandbox=request.param, time_limit_s=2, memory_mb=256, total_time_s=20)
 
 
 def score(env, task, text):
@@ -319,9 +323,13 @@ KILL_THE_AGENT = {
 }
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "local", "unsafe-subprocess"])
+@pytest.mark.parametrize("backend", ["bwrap", "local", "docker", "unsafe-subprocess"])
 @pytest.mark.parametrize("how", sorted(KILL_THE_AGENT))
 def test_killing_the_sandbox_agent_is_a_plain_zero(backend, how):
+    if backend == "docker":
+        from tests.sandbox.conftest import backend_or_skip
+
+        backend_or_skip(backend)
     env = CodeEnv(tasks=[SUM], sandbox=backend, time_limit_s=2)
     code = f"import os, signal\ntry:\n    {KILL_THE_AGENT[how]}\nexcept OSError:\n    pass\nprint(0)"
     reward = score(env, SUM, py(code))

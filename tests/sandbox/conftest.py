@@ -5,11 +5,15 @@ from pathlib import Path
 import pytest
 
 from cascade_envs.sandbox import available_backends, get_sandbox
+from tests import docker_support
 
-ISOLATING = ("bwrap", "local")
+ISOLATING = ("bwrap", "local", "docker")
 
 
 def backend_or_skip(name: str, **options):
+    """The backend with ``options``; skips (saying why) where it cannot run. Docker: see ``docker_support``."""
+    if name == "docker":
+        docker_support.require("sandbox")
     reason = available_backends().get(name, f"{name} is not registered")
     if reason is not None:
         pytest.skip(f"sandbox backend {name!r} unavailable here: {reason}")

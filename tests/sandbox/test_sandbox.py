@@ -19,8 +19,6 @@ from cascade_envs.sandbox import (
 )
 from cascade_envs.sandbox.unsafe import UnsafeSubprocessSandbox
 
-from .conftest import backend_or_skip
-
 PY = "/usr/bin/python3"
 
 
@@ -111,15 +109,6 @@ def test_unsafe_backend_exists_only_by_name_and_still_applies_limits():
     assert res.killed_by == "timeout" and res.wall_s < 2
 
 
-def test_docker_backend_skips_clearly_without_a_daemon():
-    reason = available_backends()["docker"]
-    if reason is not None:
-        pytest.skip(f"docker sandbox tests skipped: {reason}")
-    sb = backend_or_skip("docker", timeout_s=5)
-    res = sb.run(["python3", "-c", "print(1+1)"])
-    assert res.stdout == b"2\n"
-
-
 def test_docker_stream_demultiplexing():
     from cascade_envs.sandbox.docker import HEADER, demux
 
@@ -132,7 +121,8 @@ def test_a_backend_that_cannot_start_raises_a_sandbox_error():
     sb = get_sandbox("unsafe-subprocess", python="/nonexistent/python3")
     with pytest.raises(SandboxError, match="did not start"):
         sb.session()
-    assert sb.run(["true"]).killed_by == "sandbox"
+    with pytest.raises(SandboxError, match="did not start"):  # never an empty result read as the program's output
+        sb.run(["true"])
 
 
 class EchoLaunchSandbox(UnsafeSubprocessSandbox):

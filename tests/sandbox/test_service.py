@@ -276,3 +276,13 @@ def test_a_max_size_adversarial_body_does_not_stall_other_requests(service_proce
         sender.join()
     assert big["response"].status_code == 200 and big["response"].json()["reward"]["value"] == 0
     assert worst < 1.0, f"a small request waited {worst:.2f}s behind the big one"
+
+
+def test_a_sandbox_that_cannot_start_is_a_500_naming_it_not_a_bad_request():
+    from cascade_envs.envs.code.service import HTTPError, VerifyService
+    from cascade_envs.sandbox import get_sandbox
+
+    service = VerifyService(workers=1, backend=get_sandbox("unsafe-subprocess", python="/nonexistent/python3"))
+    with pytest.raises(HTTPError) as info:
+        asyncio.run(service.run({"argv": ["true"]}))
+    assert info.value.status == 500 and "sandbox failure" in str(info.value) and "did not start" in str(info.value)

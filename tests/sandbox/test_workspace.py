@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cascade_envs.sandbox import Mount, SandboxError, Workspace, get_sandbox
+from tests import docker_support
 
 from .conftest import backend_or_skip, host_pids_of, unique_marker
 
@@ -36,7 +37,7 @@ def repo(tmp_path):
     return tmp_path
 
 
-@pytest.fixture(params=("bwrap", "local"))
+@pytest.fixture(params=("bwrap", "local", "docker"))
 def sandbox(request):
     return backend_or_skip(request.param, **LIMITS)
 
@@ -57,7 +58,7 @@ def test_source_is_copied_to_the_workdir_and_commands_run_there(sandbox, repo):
     assert where.ok, where
     assert where.text.split("\n")[:4] == [workdir, workdir, "ran", "42"]
     assert edited.text == "VALUE = 1\nX = 1\n"
-    if sandbox.name == "bwrap":
+    if sandbox.name in ("bwrap", "docker"):
         assert workdir == "/testbed"
     assert repo.joinpath("pkg", "mod.py").read_text() == "VALUE = 41\n"  # the host's copy is untouched
 
@@ -225,11 +226,16 @@ def test_backends_without_a_workspace_mode_refuse(repo):
 
 def test_nothing_is_left_behind(sandbox, repo, private_tempdir):
     marker = unique_marker()
+    if sandbox.name == "docker":  # this test's own containers, found by a label
+        sandbox = backend_or_skip("docker", labels={"cascade-test": marker}, **LIMITS)
+        volumes = docker_support.volumes()
 
     async def go():
         sessions = [await sandbox.asession(workspace=Workspace(source=str(repo))) for _ in range(3)]
         for s in sessions:
             await s.arun(["bash", "-c", f"sleep {marker} & echo started"])
+        if sandbox.name == "docker":
+            assert len(docker_support.containers(f"cascade-test={marker}")) == 3
         workdirs = [s.workdir for s in sessions]
         await asyncio.gather(*(s.aclose() for s in sessions))
         return workdirs
@@ -239,21 +245,37 @@ def test_nothing_is_left_behind(sandbox, repo, private_tempdir):
     assert glob.glob(os.path.join(private_tempdir, "cascade-workspace-*")) == []
     if sandbox.name == "local":
         assert not any(os.path.exists(w) for w in workdirs)
+    if sandbox.name == "docker":
+        assert docker_support.containers(f"cascade-test={marker}") == [] and docker_support.volumes() <= volumes
     if sandbox.run_as is not None:
         assert host_pids_of(sandbox.run_as, "sleep", marker) == []
 
 
-def test_docker_workspace_from_an_image(repo):
-    # skips, saying why, where no Docker daemon is reachable
+def test_docker_workspace_starts_with_the_images_tree_in_a_capped_tmpfs(repo):
+    """An image's own workdir is copied into the session's tmpfs: edits never reach the image, and are capped."""
     sandbox = backend_or_skip("docker", **LIMITS)
+    from cascade_envs.sandbox import images
+
+    client = images.client()
+    tree = {"pkg/mod.py": (b"VALUE = 41\n", 0o644), "run.sh": (b"#!/bin/sh\necho ran\n", 0o755),
+            "big.bin": (b"x" * (3 << 20), 0o644)}
+    image = images.build_tree(client, images.SANDBOX_IMAGE, "cascade-test-tree:1", tree, "/opt/repo", key="tree-1")
 
     async def go():
-        async with await sandbox.asession(workspace=Workspace(source=str(repo), image="python:3.11-slim")) as s:
+        async with await sandbox.asession(workspace=Workspace(workdir="/opt/repo", image=image, workdir_mb=6)) as s:
+            own = await s.arun(["sh", "-c", "pwd; ./run.sh; python3 -c 'import pkg.mod as m; print(m.VALUE + 1)'; "
+                                            "echo edit > pkg/mod.py && cat pkg/mod.py; touch /opt/x 2>&1 | grep -c Read-only"])
+            full = await s.arun(["sh", "-c", "head -c 8000000 /dev/zero > fill; echo $?"], timeout_s=10)
+        async with await sandbox.asession(workspace=Workspace(workdir="/opt/repo", image=image)) as s:
+            fresh = await s.arun(["cat", "pkg/mod.py"])
+        async with await sandbox.asession(workspace=Workspace(source=str(repo), image=image)) as s:
             copied = await s.arun(["sh", "-c", "pwd; python3 -c 'import pkg.mod as m; print(m.VALUE + 1)'"])
-        async with await sandbox.asession(workspace=Workspace(workdir="/opt", image="python:3.11-slim")) as s:
-            own = await s.arun(["sh", "-c", "pwd; echo edit > /opt/new.txt && cat /opt/new.txt"])
-        return copied, own
+        with pytest.raises(SandboxError, match=r"the image's /opt/repo .* work dir \(its cap: 2 MB"):
+            await sandbox.asession(workspace=Workspace(workdir="/opt/repo", image=image, workdir_mb=2))
+        return own, full, fresh, copied
 
-    copied, own = run(go())
+    own, full, fresh, copied = run(go())
+    assert own.text.split("\n")[:5] == ["/opt/repo", "ran", "42", "edit", "1"], own
+    assert full.text.strip() == "1" and b"No space left" in full.stderr, full  # 3 MB of tree + 8 MB > the 6 MB cap
+    assert fresh.text == "VALUE = 41\n"  # the image is never changed
     assert copied.text.split("\n")[:2] == ["/testbed", "42"], copied
-    assert own.text.split("\n")[:2] == ["/opt", "edit"], own

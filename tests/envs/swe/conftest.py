@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -11,7 +12,8 @@ import pytest
 from cascade_envs.envs.swe.conformance import FIX as INILITE_FIX
 from cascade_envs.envs.swe.conformance import tool_call as call
 from cascade_envs.envs.swe.task import SweTask, read_task
-from cascade_envs.sandbox import Session, Workspace
+from cascade_envs.sandbox import Sandbox, Session, Workspace
+from tests import docker_support
 from tests.sandbox.conftest import backend_or_skip
 
 LIMITS = {"timeout_s": 20, "memory_mb": 512, "output_limit_mb": 1, "file_mb": 8, "nproc": 64}
@@ -33,6 +35,17 @@ def fix_calls(name: str) -> list[str]:
         return [INILITE_FIX]
     return [call("terminal", command="cat > /tmp/gold.patch <<'EOF'\n" + row(name)["patch"] + "EOF\n"
                  "patch -p1 < /tmp/gold.patch")]
+
+
+def swe_sandbox(backend: str, rows: Sequence[dict[str, Any]] = (), **options: Any) -> Sandbox:
+    """The sandbox of ``backend`` for SWE episodes; on docker, the rows' per-instance images are built first."""
+    if backend == "docker":
+        docker_support.require("swe-base")
+        from cascade_envs.envs.swe.images import build_images
+        from cascade_envs.sandbox import images
+
+        build_images([read_task(r) for r in rows], images.client(), log=lambda message: None)
+    return backend_or_skip(backend, **{**LIMITS, **options})
 
 
 async def open_session(task: SweTask, backend: str = "bwrap") -> Session:

@@ -2,7 +2,7 @@
 
 Each probe is a scripted agent that drives the env's public tools (the terminal) under the default
 bwrap backend on a repository written for these tests (``repos.py``), never fixes the bug, and
-tries to make the grader report a pass anyway. (The always-equal class and the trace function
+tries to make the grader report a pass anyway; on bwrap and on docker (per-instance images). (The always-equal class and the trace function
 that rewrites ``assertEqual``'s arguments were checked to score 1 with the runner's checks off.) One probe per class of hack: files the grader used
 to trust, interpreter start-up hooks, code under test rewriting its verdict, special files that
 stall the grader, and the classic ones that must keep failing. A control checks that the same
@@ -23,9 +23,8 @@ import pytest
 
 from cascade_envs.core import Completion
 from cascade_envs.rollout import RolloutRunner
-from tests.sandbox.conftest import backend_or_skip
 
-from .conftest import LIMITS, call
+from .conftest import call, swe_sandbox
 from .repos import make_row
 
 if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("openhands.tools") is None:
@@ -172,12 +171,13 @@ def rows(tmp_path_factory):
     return {name: make_row(name, folder / name) for name in ("tally", "semverlite")}
 
 
-@pytest.fixture(scope="module")
-def env():
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
+def env(request, rows):
+    """The env on bwrap, and on docker in the two repositories' per-instance images (swe-base has pytest)."""
     from cascade_envs.envs.swe.env import SweEnv
 
-    sandbox = backend_or_skip("bwrap", **LIMITS)
-    if not sandbox.run(["python3", "-c", "import pytest"]).ok:
+    sandbox = swe_sandbox(request.param, list(rows.values()))
+    if request.param == "bwrap" and not sandbox.run(["python3", "-c", "import pytest"]).ok:
         pytest.fail("pytest is not importable by the sandbox's python3: apt-get install python3-pytest")
     made = SweEnv(sandbox=sandbox, command_timeout_s=15, test_timeout_s=60)
     yield made

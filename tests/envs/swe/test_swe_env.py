@@ -1,4 +1,5 @@
-"""``cascade/SWE-v0`` end to end: scripted policies through the rollout runner, in bwrap workspaces.
+"""``cascade/SWE-v0`` end to end: scripted policies through the rollout runner, in bwrap workspaces and
+docker containers (per-instance images).
 
 Needs the OpenHands SDK (Python >= 3.12): ``.ci/swe.sh`` runs these in ``.venv-swe``; elsewhere they skip.
 """
@@ -22,9 +23,10 @@ from cascade_envs.envs.swe.env import SweEnv
 from cascade_envs.policy import ContextOverflowError
 from cascade_envs.rollout import RolloutRunner
 from cascade_envs.sandbox import SandboxError
+from tests import docker_support
 from tests.sandbox.conftest import backend_or_skip, host_pids_of, unique_marker
 
-from .conftest import LIMITS, call, fix_calls, row
+from .conftest import LIMITS, bundled_rows, call, fix_calls, row, swe_sandbox
 
 if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("openhands.tools") is None:
     pytest.skip("the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh", allow_module_level=True)
@@ -48,9 +50,10 @@ class Scripted:
         pass
 
 
-@pytest.fixture(scope="module")
-def env():
-    sandbox = backend_or_skip("bwrap", **LIMITS)
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
+def env(request):
+    """The env on bwrap workspaces, and on docker in the bundled rows' per-instance images."""
+    sandbox = swe_sandbox(request.param, bundled_rows())
     made = SweEnv(sandbox=sandbox, command_timeout_s=10, max_command_timeout_s=20, test_timeout_s=60)
     yield made
     made.close()
@@ -112,9 +115,9 @@ def test_the_deadline_cuts_a_running_command_and_truncates(env):
     (episode,) = play(own, [row("inilite")], [sleep])
     assert episode.truncated and "episode deadline of 2 s" in episode.reward.reason and not episode.reward.masked
     assert time.monotonic() - start < 10
-    if env.sandbox.run_as is not None:
-        time.sleep(0.2)
-        assert host_pids_of(env.sandbox.run_as, "sleep", marker) == []
+    if command_uid(env.sandbox) is not None:
+        time.sleep(0.5)
+        assert host_pids_of(command_uid(env.sandbox), "sleep", marker) == []
 
 
 def test_a_workspace_that_fails_to_set_up_is_masked(env):
@@ -193,11 +196,21 @@ def test_local_workspace_runs_the_same_episode_without_reach_to_the_rows(env, tm
 
 def test_nothing_is_left_behind(env, private_tempdir):
     marker = unique_marker()
+    if env.sandbox.name == "docker":  # this test's containers carry a label of their own
+        env = SweEnv(sandbox=swe_sandbox("docker", labels={"cascade-test": marker}), command_timeout_s=10)
+        volumes = docker_support.volumes()
     play(env, [row("durations"), row("inilite")], [call("terminal", command=f"sleep {marker}0 &"), FINISH], group_size=2)
     time.sleep(0.2)
     assert glob.glob(os.path.join(private_tempdir, "cascade-workspace-*")) == []
-    if env.sandbox.run_as is not None:
-        assert host_pids_of(env.sandbox.run_as, "sleep", marker) == []
+    if command_uid(env.sandbox) is not None:
+        assert host_pids_of(command_uid(env.sandbox), "sleep", marker) == []
+    if env.sandbox.name == "docker":
+        assert docker_support.containers(f"cascade-test={marker}") == [] and docker_support.volumes() <= volumes
+
+
+def command_uid(sandbox) -> int | None:
+    """The host uid an episode's commands run as (docker: the image workspace's user, root)."""
+    return 0 if sandbox.name == "docker" else sandbox.run_as
 
 
 def test_the_env_conforms():
