@@ -31,7 +31,10 @@ SOLUTION = "import sys\nnums = list(map(int, sys.stdin.read().split()))\nprint(s
 def make_task(n_tests: int) -> dict:
     inputs = [" ".join(str((i * 7919 + j) % 1000) for j in range(200)) + "\n" for i in range(n_tests)]
     outputs = [f"{sum(map(int, s.split()))} {max(map(int, s.split()))}\n" for s in inputs]
-    return {"prompt": "sum and max", "verifier_metadata": {"unit_tests": {"inputs": inputs, "outputs": outputs}}}
+    return {
+        "prompt": "sum and max",
+        "verifier_metadata": {"unit_tests": {"inputs": inputs, "outputs": outputs}},
+    }
 
 
 def bare(task: dict, responses: int, workers: int) -> float:
@@ -42,7 +45,9 @@ def bare(task: dict, responses: int, workers: int) -> float:
 
         def one_response(_: int) -> None:
             for given, want in zip(tests["inputs"], tests["outputs"], strict=True):
-                out = subprocess.run([default_python(), "sol.py"], input=given.encode(), capture_output=True, cwd=tmp)
+                out = subprocess.run(
+                    [default_python(), "sol.py"], input=given.encode(), capture_output=True, cwd=tmp
+                )
                 assert out.stdout.decode() == want
 
         start = time.perf_counter()
@@ -98,14 +103,19 @@ def main() -> None:
     ap.add_argument("--tests", type=int, default=20)
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--ray", action="store_true", help="also measure the Ray actor transport")
-    ap.add_argument("--tests-per-program", type=int, default=50,
-                    help="tests per program assumed for the extrapolation")
+    ap.add_argument(
+        "--tests-per-program", type=int, default=50, help="tests per program assumed for the extrapolation"
+    )
     args = ap.parse_args()
     task = make_task(args.tests)
-    print(f"machine: {os.cpu_count()} cores; {args.responses} responses x {args.tests} tests per point; "
-          f"python {sys.version.split()[0]}")
-    print(f"{'workers':>7} {'bare tests/s':>13} {'service tests/s':>16} {'ratio':>7} {'per worker':>11}"
-          + (f" {'ray tests/s':>12} {'ratio':>7}" if args.ray else ""))
+    print(
+        f"machine: {os.cpu_count()} cores; {args.responses} responses x {args.tests} tests per point; "
+        f"python {sys.version.split()[0]}"
+    )
+    print(
+        f"{'workers':>7} {'bare tests/s':>13} {'service tests/s':>16} {'ratio':>7} {'per worker':>11}"
+        + (f" {'ray tests/s':>12} {'ratio':>7}" if args.ray else "")
+    )
     ours_curve, bare_curve = {}, {}
     for w in [int(x) for x in args.workers.split(",")]:
         before = bare(task, args.responses, w)
@@ -122,16 +132,20 @@ def main() -> None:
     ours_gain = ours_curve[top] / ours_curve[low]
     bare_gain = bare_curve[top] / bare_curve[low]
     relative = ours_gain / bare_gain if top > low else 1.0
-    print(f"scaling {low} -> {top} workers: service x{ours_gain:.2f}, bare x{bare_gain:.2f} "
-          f"(relative efficiency {relative:.0%}; bare shows what this machine's cores allow)")
+    print(
+        f"scaling {low} -> {top} workers: service x{ours_gain:.2f}, bare x{bare_gain:.2f} "
+        f"(relative efficiency {relative:.0%}; bare shows what this machine's cores allow)"
+    )
     programs, cores = 2048, 384
     total = programs * args.tests_per_program
     step = total / (per_core * cores * min(1.0, relative))
-    print(f"extrapolation: {programs} programs x {args.tests_per_program} tests = {total} tests on {cores} cores at "
-          f"{per_core:.1f} tests/s per worker -> about {step:.1f}s per step (~{programs / cores:.1f} programs per "
-          f"core). These tests are tiny (~{1000 / per_core:.0f} ms each, mostly Python start-up); real suites cost "
-          "what their solutions run, so scale by that. Linear scaling across machines is assumed: each "
-          "service instance is independent, the client spreads requests over them.")
+    print(
+        f"extrapolation: {programs} programs x {args.tests_per_program} tests = {total} tests on {cores} cores at "
+        f"{per_core:.1f} tests/s per worker -> about {step:.1f}s per step (~{programs / cores:.1f} programs per "
+        f"core). These tests are tiny (~{1000 / per_core:.0f} ms each, mostly Python start-up); real suites cost "
+        "what their solutions run, so scale by that. Linear scaling across machines is assumed: each "
+        "service instance is independent, the client spreads requests over them."
+    )
 
 
 if __name__ == "__main__":

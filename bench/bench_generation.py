@@ -81,8 +81,14 @@ def hf_generate(args: argparse.Namespace, prompts: list[list[dict]], extra: Extr
     batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     width = batch["input_ids"].shape[1]
     options: dict[str, Any] = {
-        "do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": args.max_tokens,
-        "eos_token_id": sorted(end_ids), "pad_token_id": tokenizer.pad_token_id, "disable_compile": True,
+        "do_sample": True,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "max_new_tokens": args.max_tokens,
+        "eos_token_id": sorted(end_ids),
+        "pad_token_id": tokenizer.pad_token_id,
+        "disable_compile": True,
     }
     if args.side != "generate":
         options["cache_implementation"] = "static"
@@ -162,8 +168,13 @@ def vllm_cpu(args: argparse.Namespace, prompts: list[list[dict]], extra: Extra) 
 
     def run(_seed: int) -> int:
         params = vllm.SamplingParams(
-            n=args.group, max_tokens=args.max_tokens, temperature=1.0, top_p=1.0, logprobs=0,
-            stop_token_ids=engine.end_token_ids or None, skip_special_tokens=False,
+            n=args.group,
+            max_tokens=args.max_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            logprobs=0,
+            stop_token_ids=engine.end_token_ids or None,
+            skip_special_tokens=False,
         )
         outputs = engine.llm.generate(inputs, params, use_tqdm=False)
         return sum(len(o.token_ids) for request in outputs for o in request.outputs)
@@ -190,10 +201,17 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     # The round with the least time per token: the fastest one where every round draws the same samples.
     best_s, best_cpu, best_tokens = min(rounds[1:], key=lambda r: r[0] / max(r[2], 1))
     return {
-        "startup_s": startup, "warmup_s": rounds[0][0], "warmup_extra_s": rounds[0][0] - best_s,
-        "round_s": best_s, "cpu_per_wall": best_cpu / best_s, "tokens": best_tokens,
-        "ms_per_token": 1e3 * best_s / max(best_tokens, 1), "rounds": rounds, "torch": torch.__version__,
-        **{name: measure() for name, measure in extra.items()}, "peak_rss_mb": peak_rss_mb(),
+        "startup_s": startup,
+        "warmup_s": rounds[0][0],
+        "warmup_extra_s": rounds[0][0] - best_s,
+        "round_s": best_s,
+        "cpu_per_wall": best_cpu / best_s,
+        "tokens": best_tokens,
+        "ms_per_token": 1e3 * best_s / max(best_tokens, 1),
+        "rounds": rounds,
+        "torch": torch.__version__,
+        **{name: measure() for name, measure in extra.items()},
+        "peak_rss_mb": peak_rss_mb(),
     }
 
 
@@ -228,42 +246,78 @@ def run_variant(python: str, variant: str, argv: list[str], threads: int, timeou
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     base = results["generate"]
-    print(f"generation on CPU: {Path(args.model_dir).name} {args.dtype}, {args.threads} threads, {args.prompts} prompts "
-          f"x {args.group} samples, <= {args.max_tokens} tokens, temperature 1, best of {args.repeats} after a warm-up")
-    head = ("variant", "startup s", "warm-up+ s", "s/round", "cpu/wall", "tokens", "ms/token", "x ms/tok", "x s/round",
-            "peak RSS MB")
+    print(
+        f"generation on CPU: {Path(args.model_dir).name} {args.dtype}, {args.threads} threads, {args.prompts} prompts "
+        f"x {args.group} samples, <= {args.max_tokens} tokens, temperature 1, best of {args.repeats} after a warm-up"
+    )
+    head = (
+        "variant",
+        "startup s",
+        "warm-up+ s",
+        "s/round",
+        "cpu/wall",
+        "tokens",
+        "ms/token",
+        "x ms/tok",
+        "x s/round",
+        "peak RSS MB",
+    )
     print(f"{head[0]:<26}" + "".join(f"{h:>12}" for h in head[1:]))
     for name, r in results.items():
         if "skipped" in r:
             print(f"{name:<26}  skipped: {r['skipped']}")
             continue
-        cells = (f"{r['startup_s']:.2f}", f"{r['warmup_extra_s']:.2f}", f"{r['round_s']:.2f}", f"{r['cpu_per_wall']:.2f}",
-                 str(r["tokens"]),
-                 f"{r['ms_per_token']:.2f}", f"{r['ms_per_token'] / base['ms_per_token']:.2f}",
-                 f"{r['round_s'] / base['round_s']:.2f}", f"{r['peak_rss_mb']:.0f}")
+        cells = (
+            f"{r['startup_s']:.2f}",
+            f"{r['warmup_extra_s']:.2f}",
+            f"{r['round_s']:.2f}",
+            f"{r['cpu_per_wall']:.2f}",
+            str(r["tokens"]),
+            f"{r['ms_per_token']:.2f}",
+            f"{r['ms_per_token'] / base['ms_per_token']:.2f}",
+            f"{r['round_s'] / base['round_s']:.2f}",
+            f"{r['peak_rss_mb']:.0f}",
+        )
         print(f"{name:<26}" + "".join(f"{c:>12}" for c in cells))
     for name, r in results.items():
         if "weight_sync_s" in r:
-            print(f"{name}: one trainer-to-vLLM weight sync takes {r['weight_sync_s']:.2f} s (paid every training step); "
-                  "its peak RSS includes the trainer's copy of the model, as in training")
-    print("warm-up+ = the warm-up round's time over the counted round (compilation, lazy init); cpu/wall = CPU "
-          "seconds of the process per wall second (threads kept busy); x = ratio to generate (lower is faster)")
+            print(
+                f"{name}: one trainer-to-vLLM weight sync takes {r['weight_sync_s']:.2f} s (paid every training step); "
+                "its peak RSS includes the trainer's copy of the model, as in training"
+            )
+    print(
+        "warm-up+ = the warm-up round's time over the counted round (compilation, lazy init); cpu/wall = CPU "
+        "seconds of the process per wall second (threads kept busy); x = ratio to generate (lower is faster)"
+    )
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads in every variant")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
-    parser.add_argument("--repeats", type=int, default=2, help="timed rounds after the warm-up; the fastest counts")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="timed rounds after the warm-up; the fastest counts"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", choices=["embedded", "tiny"], default="embedded",
-                        help="SmolLM2-135M-Instruct, or a small random Llama with its tokenizer (smoke tests)")
-    parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"),
-                        help="python of the venv with vllm-cpu (bash .ci/vllm.sh builds it)")
+    parser.add_argument(
+        "--model",
+        choices=["embedded", "tiny"],
+        default="embedded",
+        help="SmolLM2-135M-Instruct, or a small random Llama with its tokenizer (smoke tests)",
+    )
+    parser.add_argument(
+        "--vllm-python",
+        default=str(ROOT / ".venv-vllm" / "bin" / "python"),
+        help="python of the venv with vllm-cpu (bash .ci/vllm.sh builds it)",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per variant")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--side", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -293,14 +347,31 @@ def main() -> None:
         args.model_dir = str(build_model(args.model, tmp / "model"))
         prompts_file = tmp / "prompts.json"
         prompts_file.write_text(json.dumps(prompts))
-        argv = ["--model-dir", args.model_dir, "--prompts-file", str(prompts_file), "--group", str(args.group),
-                "--max-tokens", str(args.max_tokens), "--threads", str(args.threads), "--dtype", args.dtype,
-                "--repeats", str(args.repeats), "--seed", str(args.seed)]
+        argv = [
+            "--model-dir",
+            args.model_dir,
+            "--prompts-file",
+            str(prompts_file),
+            "--group",
+            str(args.group),
+            "--max-tokens",
+            str(args.max_tokens),
+            "--threads",
+            str(args.threads),
+            "--dtype",
+            args.dtype,
+            "--repeats",
+            str(args.repeats),
+            "--seed",
+            str(args.seed),
+        ]
         results: dict[str, dict[str, Any]] = {}
         for variant in args.variant_list:
             python = args.vllm_python if variant in VLLM_VARIANTS else sys.executable
             if variant in VLLM_VARIANTS and not Path(python).is_file():
-                results[variant] = {"skipped": f"no vLLM python at {python} (bash .ci/vllm.sh builds .venv-vllm)"}
+                results[variant] = {
+                    "skipped": f"no vLLM python at {python} (bash .ci/vllm.sh builds .venv-vllm)"
+                }
             else:
                 print(f"running {variant} ...", file=sys.stderr, flush=True)
                 results[variant] = run_variant(python, variant, argv, args.threads, args.timeout)
@@ -308,8 +379,10 @@ def main() -> None:
         sys.exit(f"the baseline generate {results['generate']['skipped']}")
     report(results, args)
     if args.json:
-        config = {k: getattr(args, k) for k in ("prompts", "group", "max_tokens", "threads", "dtype", "repeats",
-                                                 "seed", "model")}
+        config = {
+            k: getattr(args, k)
+            for k in ("prompts", "group", "max_tokens", "threads", "dtype", "repeats", "seed", "model")
+        }
         Path(args.json).write_text(json.dumps({"config": config, "results": results}, indent=2))
 
 

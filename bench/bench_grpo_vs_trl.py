@@ -75,9 +75,16 @@ def build_model(kind: str, folder: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(source)
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=192, intermediate_size=512, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=192,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     model = LlamaForCausalLM(config)
@@ -98,7 +105,9 @@ def peak_rss_mb() -> float:
 
 def register_bench_env() -> dict[str, Any]:
     """Register ``bench/Reward-v0`` over ``PROMPTS``; the mix both sides draw their prompts from."""
-    cascade_envs.register("bench/Reward-v0", BenchEnv, tasks=[{"id": str(i), "prompt": p} for i, p in enumerate(PROMPTS)])
+    cascade_envs.register(
+        "bench/Reward-v0", BenchEnv, tasks=[{"id": str(i), "prompt": p} for i, p in enumerate(PROMPTS)]
+    )
     return {"bench/Reward-v0": 1.0}
 
 
@@ -133,7 +142,10 @@ def run_trl(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, A
 
     def reward(completions: list, completion_ids: list, task_json: list, **_: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        samples = [trl_completion(t, ids, end_ids, args.max_tokens) for t, ids in zip(texts, completion_ids, strict=True)]
+        samples = [
+            trl_completion(t, ids, end_ids, args.max_tokens)
+            for t, ids in zip(texts, completion_ids, strict=True)
+        ]
         return score_completions(env, [json.loads(t) for t in task_json], samples)
 
     class Timer(TrainerCallback):
@@ -168,8 +180,22 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_side(side: str, args: argparse.Namespace, model_dir: Path, tmp: Path) -> dict[str, Any]:
-    argv = ["--model-dir", str(model_dir), "--out", str(tmp / side), "--steps", str(args.steps), "--prompts",
-            str(args.prompts), "--group", str(args.group), "--max-tokens", str(args.max_tokens), "--lr", str(args.lr)]
+    argv = [
+        "--model-dir",
+        str(model_dir),
+        "--out",
+        str(tmp / side),
+        "--steps",
+        str(args.steps),
+        "--prompts",
+        str(args.prompts),
+        "--group",
+        str(args.group),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--lr",
+        str(args.lr),
+    ]
     return spawn(__file__, side, argv, timeout_s=3600)
 
 
@@ -180,14 +206,18 @@ def per_step(result: dict[str, Any]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=3, help="steps per side; the first is a warm-up")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-6)
     parser.add_argument("--model", choices=["tiny", "embedded"], default="tiny")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per side, alternating; the fastest counts")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="runs per side, alternating; the fastest counts"
+    )
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -208,15 +238,21 @@ def main() -> None:
     import torch
     import trl as trl_module
 
-    print(f"GRPO step on CPU ({torch.get_num_threads()} threads): model={args.model}, {args.prompts} prompts x "
-          f"{args.group} rollouts, max {args.max_tokens} new tokens, {args.steps - 1} timed step(s), best of {args.repeats} runs per side; trl {trl_module.__version__}")
+    print(
+        f"GRPO step on CPU ({torch.get_num_threads()} threads): model={args.model}, {args.prompts} prompts x "
+        f"{args.group} rollouts, max {args.max_tokens} new tokens, {args.steps - 1} timed step(s), best of {args.repeats} runs per side; trl {trl_module.__version__}"
+    )
     print(f"{'':<28}{'cascade-envs':>14}{'TRL':>14}{'TRL / ours':>12}")
     a, b = per_step(ours), per_step(trl)
     print(f"{'time per step (s)':<28}{a:>14.2f}{b:>14.2f}{b / a:>11.2f}x")
     ma, mb = ours["peak_rss_mb"], trl["peak_rss_mb"]
     print(f"{'peak RSS (MiB)':<28}{ma:>14.0f}{mb:>14.0f}{mb / ma:>11.2f}x")
     ta = sum(ours["generated_tokens"][1:]) / max(len(ours["generated_tokens"]) - 1, 1)
-    tb = sum(trl["generated_tokens"][1:]) / max(len(trl["generated_tokens"]) - 1, 1) if trl["generated_tokens"] else float("nan")
+    tb = (
+        sum(trl["generated_tokens"][1:]) / max(len(trl["generated_tokens"]) - 1, 1)
+        if trl["generated_tokens"]
+        else float("nan")
+    )
     print(f"{'generated tokens per step':<28}{ta:>14.0f}{tb:>14.0f}{tb / ta:>11.2f}x")
     pa, pb = a / ta * 1e3, b / tb * 1e3
     print(f"{'time per generated token (ms)':<28}{pa:>14.1f}{pb:>14.1f}{pb / pa:>11.2f}x")

@@ -88,7 +88,9 @@ def main() -> None:
     parser.add_argument("--responses", default=str(DEFAULT_RESPONSES))
     parser.add_argument("--lm-eval-wheel", default=None)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--inline-chars", type=int, default=None, help="the env's inline_chars (default: its own)")
+    parser.add_argument(
+        "--inline-chars", type=int, default=None, help="the env's inline_chars (default: its own)"
+    )
     args = parser.parse_args()
     pin_one_core()
 
@@ -97,7 +99,9 @@ def main() -> None:
 
     with open(args.responses, encoding="utf-8") as fh:
         responses = [json.loads(line)["response"] for line in fh if line.strip()]
-    env = InstructionFollowingEnv(**({} if args.inline_chars is None else {"inline_chars": args.inline_chars}))
+    env = InstructionFollowingEnv(
+        **({} if args.inline_chars is None else {"inline_chars": args.inline_chars})
+    )
     tasks = [loaded.task for loaded in env.tasks]
     n_checks = sum(len(t.checks) for t in tasks)
     env.follow_list(tasks[0], "warm up the tokenizers. Second sentence.")

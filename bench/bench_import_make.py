@@ -54,8 +54,9 @@ print(json.dumps({{"first": first - discovered, "repeated": repeated[len(repeate
 
 
 def fresh(code: str, cwd: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:120]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -72,10 +73,15 @@ def median_of(runs: int, code: str, cwd: str) -> dict:
 
 def make_code(module: str, env_id: str, repeat: int) -> str:
     if module == "gymnasium":
-        return MAKE.format(module=module, discover="pass", make=f"gymnasium.make({env_id!r}).close()",
-                           repeat=repeat)
-    return MAKE.format(module=module, discover="cascade_envs.env_specs()",
-                       make=f"cascade_envs.make({env_id!r}).close()", repeat=repeat)
+        return MAKE.format(
+            module=module, discover="pass", make=f"gymnasium.make({env_id!r}).close()", repeat=repeat
+        )
+    return MAKE.format(
+        module=module,
+        discover="cascade_envs.env_specs()",
+        make=f"cascade_envs.make({env_id!r}).close()",
+        repeat=repeat,
+    )
 
 
 def ms(seconds: float | None) -> str:
@@ -95,16 +101,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as cwd:  # outside the repository: import the installed package
-        env_ids = args.env or fresh(
-            "import json, cascade_envs; print(json.dumps({'ids': list(cascade_envs.env_specs())}))", cwd
-        )["ids"]
+        env_ids = (
+            args.env
+            or fresh(
+                "import json, cascade_envs; print(json.dumps({'ids': list(cascade_envs.env_specs())}))", cwd
+            )["ids"]
+        )
         print(f"{'':<48} {'ours ms':>10} {'ref ms':>10} {'ratio':>9}  (reference: gymnasium / CartPole-v1)")
         ours = median_of(args.runs, IMPORT.format(module="cascade_envs"), cwd)
         ref = median_of(args.runs, IMPORT.format(module="gymnasium"), cwd)
         row("import", ours.get("seconds"), ref.get("seconds"), ours.get("error", ""))
         discovery = median_of(args.runs, DISCOVER, cwd)
-        row("plugin discovery (first registry access)", discovery.get("seconds"), None,
-            discovery.get("error", "gymnasium has no discovery step"))
+        row(
+            "plugin discovery (first registry access)",
+            discovery.get("seconds"),
+            None,
+            discovery.get("error", "gymnasium has no discovery step"),
+        )
         reference = median_of(args.runs, make_code("gymnasium", "CartPole-v1", args.repeat), cwd)
         for env_id in env_ids:
             result = median_of(args.runs, make_code("cascade_envs", env_id, args.repeat), cwd)

@@ -47,7 +47,9 @@ class LatencyPolicy:
     def __init__(self, latency_s: float):
         self.latency_s = latency_s
 
-    async def agenerate(self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True) -> Completion:
+    async def agenerate(
+        self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
+    ) -> Completion:
         await asyncio.sleep(self.latency_s)
         return Completion(VERDICT, finish_reason="stop", token_ids=[1] * 12, prompt_token_ids=[1] * 40)
 
@@ -106,7 +108,9 @@ async def measure(call: Call, requests: int, concurrency: int) -> tuple[float, l
     return requests / (time.perf_counter() - start), latencies
 
 
-async def ours(url: str, model: str, concurrency: int, requests: int, max_tokens: int) -> tuple[float, list[float]]:
+async def ours(
+    url: str, model: str, concurrency: int, requests: int, max_tokens: int
+) -> tuple[float, list[float]]:
     judge = HTTPJudge(url, model=model, concurrency=concurrency, timeout_s=600)
     try:
         await judge.acomplete(ASK, max_tokens=max_tokens)  # warm the connection pool
@@ -115,7 +119,9 @@ async def ours(url: str, model: str, concurrency: int, requests: int, max_tokens
         await judge.aclose()
 
 
-async def reference(url: str, model: str, concurrency: int, requests: int, max_tokens: int) -> tuple[float, list[float]]:
+async def reference(
+    url: str, model: str, concurrency: int, requests: int, max_tokens: int
+) -> tuple[float, list[float]]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     body = {"model": model, "messages": ASK, "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0}
     async with httpx.AsyncClient(limits=limits, timeout=600) as client:
@@ -133,11 +139,14 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-def throughput_table(url: str, model: str, levels: list[int], requests_for: Callable[[int], int],
-                     max_tokens: int, rounds: int) -> None:
+def throughput_table(
+    url: str, model: str, levels: list[int], requests_for: Callable[[int], int], max_tokens: int, rounds: int
+) -> None:
     """Per level, ``rounds`` alternating runs of ours and the reference: median rate, pooled latencies."""
-    print(f"{'concurrency':>11} {'requests':>8} | {'HTTPJudge req/s':>15} {'p50 ms':>7} {'p99 ms':>7} | "
-          f"{'httpx ref req/s':>15} {'p50 ms':>7} {'p99 ms':>7} | {'ours/ref':>8}")
+    print(
+        f"{'concurrency':>11} {'requests':>8} | {'HTTPJudge req/s':>15} {'p50 ms':>7} {'p99 ms':>7} | "
+        f"{'httpx ref req/s':>15} {'p50 ms':>7} {'p99 ms':>7} | {'ours/ref':>8}"
+    )
     for level in levels:
         n = requests_for(level)
         results: dict[str, tuple[list[float], list[float]]] = {"ours": ([], []), "ref": ([], [])}
@@ -148,9 +157,11 @@ def throughput_table(url: str, model: str, levels: list[int], requests_for: Call
                 results[name][1].extend(latencies)
         (rates, lat), (ref_rates, ref_lat) = results["ours"], results["ref"]
         rate, ref_rate = statistics.median(rates), statistics.median(ref_rates)
-        print(f"{level:>11} {n:>8} | {rate:>15.1f} {percentile(lat, 50) * 1e3:>7.1f} {percentile(lat, 99) * 1e3:>7.1f} | "
-              f"{ref_rate:>15.1f} {percentile(ref_lat, 50) * 1e3:>7.1f} {percentile(ref_lat, 99) * 1e3:>7.1f} | "
-              f"{rate / ref_rate:>8.2f}")
+        print(
+            f"{level:>11} {n:>8} | {rate:>15.1f} {percentile(lat, 50) * 1e3:>7.1f} {percentile(lat, 99) * 1e3:>7.1f} | "
+            f"{ref_rate:>15.1f} {percentile(ref_lat, 50) * 1e3:>7.1f} {percentile(ref_lat, 99) * 1e3:>7.1f} | "
+            f"{rate / ref_rate:>8.2f}"
+        )
 
 
 # ----- GenRM --------------------------------------------------------------------------------------
@@ -162,8 +173,10 @@ def genrm_section(url: str, group: int, concurrency: int, repeats: int) -> None:
     from cascade_envs.envs.genrm.prompt import comparison_messages, parse_verdict
 
     task = {"id": "bench", "prompt": "Explain why the sky is blue in two sentences."}
-    answers = [f"<think>{'reasoning ' * (5 + i)}</think>Rayleigh scattering, answer {i}: " + "blue " * (10 + 3 * i)
-               for i in range(group)]
+    answers = [
+        f"<think>{'reasoning ' * (5 + i)}</think>Rayleigh scattering, answer {i}: " + "blue " * (10 + 3 * i)
+        for i in range(group)
+    ]
     plan = comparison_plan("all_pairs", group)
 
     async def scored_group() -> float:
@@ -180,8 +193,10 @@ def genrm_section(url: str, group: int, concurrency: int, repeats: int) -> None:
 
     async def bare_calls() -> float:
         judge = HTTPJudge(url, model="bench", concurrency=concurrency, timeout_s=600)
-        messages = [comparison_messages([{"role": "user", "content": task["prompt"]}], answers[i], answers[j])
-                    for i, j in plan]
+        messages = [
+            comparison_messages([{"role": "user", "content": task["prompt"]}], answers[i], answers[j])
+            for i, j in plan
+        ]
         try:
             await judge.acomplete(ASK)
             start = time.perf_counter()
@@ -190,7 +205,9 @@ def genrm_section(url: str, group: int, concurrency: int, repeats: int) -> None:
         finally:
             await judge.aclose()
 
-    timings: list[tuple[float, float]] = [(asyncio.run(scored_group()), asyncio.run(bare_calls())) for _ in range(repeats)]
+    timings: list[tuple[float, float]] = [
+        (asyncio.run(scored_group()), asyncio.run(bare_calls())) for _ in range(repeats)
+    ]
     group_s = statistics.median(t[0] for t in timings)
     calls_s = statistics.median(t[1] for t in timings)
     added_s = statistics.median(t[0] - t[1] for t in timings)  # paired: both runs of a pair share the load
@@ -219,15 +236,21 @@ def genrm_section(url: str, group: int, concurrency: int, repeats: int) -> None:
         aggregate_only(outcomes)
     agg_s = (time.perf_counter() - start) / loops
 
-    print(f"\nGenRM, one group of {group} answers, all pairs = {len(plan)} judge calls, concurrency {concurrency} "
-          f"(median of {repeats}):")
+    print(
+        f"\nGenRM, one group of {group} answers, all pairs = {len(plan)} judge calls, concurrency {concurrency} "
+        f"(median of {repeats}):"
+    )
     print(f"  GenRMEnv.ascore_responses (judge calls + GenRM)   {group_s * 1e3:8.1f} ms")
     print(f"  the same {len(plan)} judge calls, bare HTTPJudge       {calls_s * 1e3:8.1f} ms")
-    print(f"  median paired difference (GenRM's end-to-end cost) {added_s * 1e3:8.1f} ms ({added_s / calls_s:+.1%}; "
-          f"noise: the pairs range {min(t[0] - t[1] for t in timings) * 1e3:.0f} to "
-          f"{max(t[0] - t[1] for t in timings) * 1e3:.0f} ms)")
-    print(f"  GenRM CPU work alone: prompts + parsing + aggregation {cpu_s * 1e3:6.2f} ms/group "
-          f"(aggregate_group alone {agg_s * 1e6:.0f} us) = {cpu_s / calls_s:.1%} of the judge calls' time")
+    print(
+        f"  median paired difference (GenRM's end-to-end cost) {added_s * 1e3:8.1f} ms ({added_s / calls_s:+.1%}; "
+        f"noise: the pairs range {min(t[0] - t[1] for t in timings) * 1e3:.0f} to "
+        f"{max(t[0] - t[1] for t in timings) * 1e3:.0f} ms)"
+    )
+    print(
+        f"  GenRM CPU work alone: prompts + parsing + aggregation {cpu_s * 1e3:6.2f} ms/group "
+        f"(aggregate_group alone {agg_s * 1e6:.0f} us) = {cpu_s / calls_s:.1%} of the judge calls' time"
+    )
 
 
 # ----- main ---------------------------------------------------------------------------------------
@@ -235,15 +258,24 @@ def genrm_section(url: str, group: int, concurrency: int, repeats: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--latency", type=float, default=0.02, help="the server's time per reply, s (default 0.02)")
+    parser.add_argument(
+        "--latency", type=float, default=0.02, help="the server's time per reply, s (default 0.02)"
+    )
     parser.add_argument("--concurrency", default="1,4,16,64", help="limits to measure (default 1,4,16,64)")
-    parser.add_argument("--seconds", type=float, default=1.0,
-                        help="about this long per run at the ideal rate (default 1)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating runs of each client per level (default 3)")
+    parser.add_argument(
+        "--seconds", type=float, default=1.0, help="about this long per run at the ideal rate (default 1)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating runs of each client per level (default 3)"
+    )
     parser.add_argument("--group", type=int, default=16, help="GenRM group size (default 16)")
     parser.add_argument("--repeats", type=int, default=9, help="GenRM groups timed; the median is shown")
-    parser.add_argument("--embedded", action="store_true", help="also measure serve-judge on the embedded model")
-    parser.add_argument("--embedded-tokens", type=int, default=16, help="tokens per embedded reply (default 16)")
+    parser.add_argument(
+        "--embedded", action="store_true", help="also measure serve-judge on the embedded model"
+    )
+    parser.add_argument(
+        "--embedded-tokens", type=int, default=16, help="tokens per embedded reply (default 16)"
+    )
     parser.add_argument("--device", default="cpu", help="device of the embedded model (default cpu)")
     parser.add_argument("--serve", type=float, metavar="LATENCY", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -253,9 +285,12 @@ def main() -> None:
 
     proc, url = start([sys.executable, __file__, "--serve", str(args.latency)], "http://")
     try:
-        print(f"latency server: {args.latency * 1e3:g} ms a reply; the ideal is concurrency / latency requests/s\n")
-        throughput_table(url, "bench", levels, lambda c: max(50, int(args.seconds * c / args.latency)), 64,
-                         args.rounds)
+        print(
+            f"latency server: {args.latency * 1e3:g} ms a reply; the ideal is concurrency / latency requests/s\n"
+        )
+        throughput_table(
+            url, "bench", levels, lambda c: max(50, int(args.seconds * c / args.latency)), 64, args.rounds
+        )
         if (Path(__file__).resolve().parents[1] / "envs" / "genrm" / "env.py").exists():
             genrm_section(url, args.group, max(levels), args.repeats)
     finally:
@@ -263,13 +298,31 @@ def main() -> None:
         proc.wait(30)
 
     if args.embedded:
-        command = [sys.executable, "-m", "cascade_envs", "serve-judge", "--port", "0", "--device", args.device,
-                   "--max-tokens", str(args.embedded_tokens)]
+        command = [
+            sys.executable,
+            "-m",
+            "cascade_envs",
+            "serve-judge",
+            "--port",
+            "0",
+            "--device",
+            args.device,
+            "--max-tokens",
+            str(args.embedded_tokens),
+        ]
         proc, url = start(command, "cascade-envs judge")
         try:
-            print(f"\nserve-judge, embedded SmolLM2-135M on {args.device}, {args.embedded_tokens} tokens a reply:")
-            throughput_table(url, "SmolLM2-135M-Instruct", [c for c in levels if c <= 16] or levels,
-                             lambda c: max(8, 4 * c), args.embedded_tokens, args.rounds)
+            print(
+                f"\nserve-judge, embedded SmolLM2-135M on {args.device}, {args.embedded_tokens} tokens a reply:"
+            )
+            throughput_table(
+                url,
+                "SmolLM2-135M-Instruct",
+                [c for c in levels if c <= 16] or levels,
+                lambda c: max(8, 4 * c),
+                args.embedded_tokens,
+                args.rounds,
+            )
         finally:
             proc.terminate()
             proc.wait(30)

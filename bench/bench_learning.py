@@ -26,7 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--model", default="tiny", help="tiny (the test model), embedded, or a model folder")
@@ -45,14 +47,28 @@ def main() -> None:
     register_toys()
     with tempfile.TemporaryDirectory(prefix="bench-learning-") as tmp:
         model = str(save_tiny(Path(tmp) / "model", seed=args.seed)) if args.model == "tiny" else args.model
-        config = config_from_dict({
-            "model": {"path": model},
-            "mix": {"envs": {args.env: 1.0}},
-            "rollout": {"group_size": args.group, "prompts_per_step": args.prompts, "max_tokens": args.max_tokens},
-            "optim": {"lr": args.lr, "micro_batch_size": args.prompts * args.group},
-            "train": {"steps": args.steps, "seed": args.seed, "output_dir": str(Path(tmp) / "run"),
-                      "save_every": 10**6, "tensorboard": False, "progress": False, "plot": False, "resume": False},
-        })
+        config = config_from_dict(
+            {
+                "model": {"path": model},
+                "mix": {"envs": {args.env: 1.0}},
+                "rollout": {
+                    "group_size": args.group,
+                    "prompts_per_step": args.prompts,
+                    "max_tokens": args.max_tokens,
+                },
+                "optim": {"lr": args.lr, "micro_batch_size": args.prompts * args.group},
+                "train": {
+                    "steps": args.steps,
+                    "seed": args.seed,
+                    "output_dir": str(Path(tmp) / "run"),
+                    "save_every": 10**6,
+                    "tensorboard": False,
+                    "progress": False,
+                    "plot": False,
+                    "resume": False,
+                },
+            }
+        )
         start = time.perf_counter()
         trainer = Trainer(config)
         rewards = []
@@ -67,8 +83,10 @@ def main() -> None:
         elapsed = time.perf_counter() - start
     w = min(args.window, len(rewards))
     first, last = sum(rewards[:w]) / w, sum(rewards[-w:]) / w
-    print(f"\nmodel={args.model} env={args.env} steps={args.steps} lr={args.lr} seed={args.seed} "
-          f"({elapsed:.1f} s, {elapsed / args.steps:.2f} s/step)")
+    print(
+        f"\nmodel={args.model} env={args.env} steps={args.steps} lr={args.lr} seed={args.seed} "
+        f"({elapsed:.1f} s, {elapsed / args.steps:.2f} s/step)"
+    )
     print("plumbing check (gradient sign on a toy reward), not a learning claim")
     print(f"{'':<30}{'initial policy':>16}{'after GRPO':>12}{'ratio':>8}")
     ratio = f"{last / first:.1f}x" if first > 0 else "inf"

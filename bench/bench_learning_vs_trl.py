@@ -42,16 +42,33 @@ def training_config(args: argparse.Namespace, model_dir: str, out: Path, mix_env
     from cascade_envs.trainer.checks import config_from_dict
 
     batch = args.prompts * args.group
-    return config_from_dict({
-        "model": {"path": model_dir, "dtype": "float32", "device": "cpu"},
-        "mix": {"envs": mix_envs},
-        "rollout": {"group_size": args.group, "prompts_per_step": args.prompts, "max_tokens": args.max_tokens,
-                    "temperature": 1.0, "top_p": 1.0, "dynamic_filtering": False, "max_rounds": 1,
-                    "engine_kwargs": {"max_batch_size": batch}},
-        "optim": {"lr": args.lr, "micro_batch_size": batch},
-        "train": {"steps": args.steps, "seed": 0, "output_dir": str(out), "save_every": 10**6,
-                  "tensorboard": False, "progress": False, "plot": False, "resume": False},
-    })
+    return config_from_dict(
+        {
+            "model": {"path": model_dir, "dtype": "float32", "device": "cpu"},
+            "mix": {"envs": mix_envs},
+            "rollout": {
+                "group_size": args.group,
+                "prompts_per_step": args.prompts,
+                "max_tokens": args.max_tokens,
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "dynamic_filtering": False,
+                "max_rounds": 1,
+                "engine_kwargs": {"max_batch_size": batch},
+            },
+            "optim": {"lr": args.lr, "micro_batch_size": batch},
+            "train": {
+                "steps": args.steps,
+                "seed": 0,
+                "output_dir": str(out),
+                "save_every": 10**6,
+                "tensorboard": False,
+                "progress": False,
+                "plot": False,
+                "resume": False,
+            },
+        }
+    )
 
 
 def prompt_order(mix_envs: dict[str, Any], n: int) -> list[tuple[str, dict]]:
@@ -70,14 +87,17 @@ def score_completions(env: Any, tasks: Sequence[dict], completions: Sequence[Any
     """Score each completion against its task with the env (one event loop for the whole batch)."""
 
     async def score() -> list[float]:
-        rewards = await asyncio.gather(*(env.ascore_responses(t, [c]) for t, c in zip(tasks, completions, strict=True)))
+        rewards = await asyncio.gather(
+            *(env.ascore_responses(t, [c]) for t, c in zip(tasks, completions, strict=True))
+        )
         return [float(r[0].value) if not r[0].masked else float("nan") for r in rewards]
 
     return asyncio.run(score())
 
 
-def trl_trainer(args: argparse.Namespace, model_dir: str, out: Path, rows: list[dict], reward: Callable,
-                callbacks: list) -> Any:
+def trl_trainer(
+    args: argparse.Namespace, model_dir: str, out: Path, rows: list[dict], reward: Callable, callbacks: list
+) -> Any:
     """TRL's GRPOTrainer with the same settings as ``training_config`` (rows already in draw order)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -89,17 +109,42 @@ def trl_trainer(args: argparse.Namespace, model_dir: str, out: Path, rows: list[
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     config = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-        num_generations=args.group, max_completion_length=args.max_tokens, loss_type="dapo", beta=0.0,
-        num_iterations=1, learning_rate=args.lr, temperature=1.0, top_p=1.0, max_steps=args.steps,
-        logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=0,
-        shuffle_dataset=False, max_grad_norm=1.0, weight_decay=0.0, lr_scheduler_type="constant",
-        warmup_steps=0, dataloader_num_workers=0,
+        output_dir=str(out),
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=args.group,
+        max_completion_length=args.max_tokens,
+        loss_type="dapo",
+        beta=0.0,
+        num_iterations=1,
+        learning_rate=args.lr,
+        temperature=1.0,
+        top_p=1.0,
+        max_steps=args.steps,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=0,
+        shuffle_dataset=False,
+        max_grad_norm=1.0,
+        weight_decay=0.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        dataloader_num_workers=0,
         # the same end tokens as ours (TRL alone stops on the tokenizer's EOS only)
         generation_kwargs={"eos_token_id": sorted(end_token_ids(model, tokenizer))},
     )
-    return GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
-                       processing_class=tokenizer, callbacks=callbacks)
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
 
 
 def trl_rows(order: list[tuple[str, dict]], messages_of: Callable[[dict], list]) -> list[dict]:
@@ -124,15 +169,32 @@ class SideFailed(SystemExit):
         self.reason = reason
 
 
-def spawn(script: str, side: str, argv: list[str], timeout_s: float, *, python: str = sys.executable,
-          env: dict[str, str] | None = None) -> dict[str, Any]:
+def spawn(
+    script: str,
+    side: str,
+    argv: list[str],
+    timeout_s: float,
+    *,
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Run one side in a fresh subprocess of ``python`` (extra ``env`` on top of this process's);
     its last ``RESULT {json}`` line, or ``SideFailed``."""
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           **(env or {})}
+    env = {
+        **os.environ,
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **(env or {}),
+    }
     try:
-        proc = subprocess.run([python, script, "--side", side, *argv], capture_output=True, text=True, env=env,
-                              timeout=timeout_s)
+        proc = subprocess.run(
+            [python, script, "--side", side, *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         reason = f"no result within {timeout_s:.0f} s"
         raise SideFailed(f"{side}: {reason}", reason) from None
@@ -163,7 +225,9 @@ def heldout_score(model: Any, tokenizer: Any, args: argparse.Namespace) -> float
     try:
         tasks = [loaded.row for loaded in env.tasks]
         policy = HFPolicy(model, tokenizer, device="cpu", max_batch_size=len(tasks))
-        outs = policy.generate([prompt_messages(t) for t in tasks], SamplingParams(max_tokens=args.max_tokens, temperature=0))
+        outs = policy.generate(
+            [prompt_messages(t) for t in tasks], SamplingParams(max_tokens=args.max_tokens, temperature=0)
+        )
         scores = score_completions(env, tasks, outs)
     finally:
         asyncio.run(env.aclose())
@@ -178,8 +242,13 @@ def run_ours(args: argparse.Namespace, model_dir: str, out: Path) -> dict[str, A
     start = time.perf_counter()
     for _ in range(args.steps):
         metrics = trainer.train_step()
-        curve.append((time.perf_counter() - start, metrics.get("reward/mean", float("nan")),
-                      metrics["throughput/generated_tokens"]))
+        curve.append(
+            (
+                time.perf_counter() - start,
+                metrics.get("reward/mean", float("nan")),
+                metrics["throughput/generated_tokens"],
+            )
+        )
         if curve[-1][0] > args.max_minutes * 60:
             break
     after = heldout_score(trainer.model, trainer.tokenizer, args)
@@ -200,7 +269,10 @@ def run_trl(args: argparse.Namespace, model_dir: str, out: Path) -> dict[str, An
 
     def reward(completions: list, completion_ids: list, task_json: list, **_: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        samples = [trl_completion(t, ids, end_ids, args.max_tokens) for t, ids in zip(texts, completion_ids, strict=True)]
+        samples = [
+            trl_completion(t, ids, end_ids, args.max_tokens)
+            for t, ids in zip(texts, completion_ids, strict=True)
+        ]
         return score_completions(env, [json.loads(t) for t in task_json], samples)
 
     curve: list[tuple[float, float, float]] = []
@@ -253,9 +325,11 @@ def report(ours: dict[str, Any], trl: dict[str, Any], before: float, args: argpa
     import torch
     import trl as trl_module
 
-    print(f"GRPO learning on {ENV_ID} ({Path(args.rows).name}, held-out {Path(args.heldout).name}), SmolLM2-135M-Instruct "
-          f"float32, {torch.get_num_threads()} threads, {args.prompts} prompts x {args.group}, max {args.max_tokens} tokens, "
-          f"lr {args.lr}, <= {args.steps} steps / {args.max_minutes} min per side; trl {trl_module.__version__}")
+    print(
+        f"GRPO learning on {ENV_ID} ({Path(args.rows).name}, held-out {Path(args.heldout).name}), SmolLM2-135M-Instruct "
+        f"float32, {torch.get_num_threads()} threads, {args.prompts} prompts x {args.group}, max {args.max_tokens} tokens, "
+        f"lr {args.lr}, <= {args.steps} steps / {args.max_minutes} min per side; trl {trl_module.__version__}"
+    )
     print(f"{'':<40}{'cascade-envs':>14}{'TRL':>14}{'TRL / ours':>12}")
 
     def row(name: str, a: float | None, b: float | None, fmt: str, ratio: bool = True) -> None:
@@ -274,7 +348,9 @@ def report(ours: dict[str, Any], trl: dict[str, Any], before: float, args: argpa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", default=str(DATA / "easy.jsonl"))
     parser.add_argument("--heldout", default=str(DATA / "easy_heldout.jsonl"))
     parser.add_argument("--steps", type=int, default=20, help="at most this many steps per side")
@@ -302,12 +378,18 @@ def main() -> None:
         return
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    before = heldout_score(AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"),
-                           AutoTokenizer.from_pretrained(model_dir), args)
+    before = heldout_score(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"),
+        AutoTokenizer.from_pretrained(model_dir),
+        args,
+    )
     passthrough = sys.argv[1:]
     limit = args.max_minutes * 60 * 3 + 600  # training, then loading and held-out scoring
     with tempfile.TemporaryDirectory(prefix="bench-learning-") as tmp:
-        results = {side: spawn(__file__, side, [*passthrough, "--out", f"{tmp}/{side}"], limit) for side in ("ours", "trl")}
+        results = {
+            side: spawn(__file__, side, [*passthrough, "--out", f"{tmp}/{side}"], limit)
+            for side in ("ours", "trl")
+        }
     report(summary(results["ours"], args), summary(results["trl"], args), before, args)
 
 

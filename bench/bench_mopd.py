@@ -71,14 +71,22 @@ def main() -> None:
         grpo.close()
         mopd.close()
     best_g, best_m = min(times["grpo"]), min(times["mopd"])
-    print(f"model {args.model}, batch {len(batch.sequences)} sequences ({args.prompts} prompts x {args.group}), "
-          f"{tokens} trained tokens, threads {torch.get_num_threads()}, best of {args.repeats}")
+    print(
+        f"model {args.model}, batch {len(batch.sequences)} sequences ({args.prompts} prompts x {args.group}), "
+        f"{tokens} trained tokens, threads {torch.get_num_threads()}, best of {args.repeats}"
+    )
     print(f"{'':<28} {'GRPO':>8} {'MOPD':>8} {'MOPD/GRPO':>10}")
     print(f"{'optimisation step (s)':<28} {best_g:>8.3f} {best_m:>8.3f} {best_m / best_g:>10.2f}")
     print(f"{'  of which teacher scoring':<28} {'-':>8} {min(teacher_s):>8.3f}")
-    print(f"{'trained tokens / s':<28} {tokens / best_g:>8.0f} {tokens / best_m:>8.0f} {best_g / best_m:>10.2f}")
-    print("all runs (s): GRPO " + ", ".join(f"{t:.3f}" for t in times["grpo"])
-          + "; MOPD " + ", ".join(f"{t:.3f}" for t in times["mopd"]))
+    print(
+        f"{'trained tokens / s':<28} {tokens / best_g:>8.0f} {tokens / best_m:>8.0f} {best_g / best_m:>10.2f}"
+    )
+    print(
+        "all runs (s): GRPO "
+        + ", ".join(f"{t:.3f}" for t in times["grpo"])
+        + "; MOPD "
+        + ", ".join(f"{t:.3f}" for t in times["mopd"])
+    )
 
 
 if __name__ == "__main__":

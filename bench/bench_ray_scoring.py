@@ -30,8 +30,10 @@ from cascade_envs.mix import EnvMix
 
 MATH, IF = "cascade/Math-v0", "cascade/InstructionFollowing-v0"
 REASONING = "Let me check each step against the question before I answer. " * 8
-SUM = "```python\nimport sys\nd = sys.stdin.read().split()\nt = int(d[0])\n" \
-      "print('\\n'.join(str(int(d[1 + 2 * i]) + int(d[2 + 2 * i])) for i in range(t)))\n```"
+SUM = (
+    "```python\nimport sys\nd = sys.stdin.read().split()\nt = int(d[0])\n"
+    "print('\\n'.join(str(int(d[1 + 2 * i]) + int(d[2 + 2 * i])) for i in range(t)))\n```"
+)
 WRONG = "```python\nimport sys\nprint(0)\n```"
 Groups = list[tuple[Any, list[str]]]
 
@@ -43,9 +45,19 @@ def answer_groups(env_id: str, tasks: list[Any], count: int) -> Groups:
         task = tasks[i % len(tasks)]
         if env_id == MATH:
             right = task.row["expected_answer"]
-            answers = [f"{REASONING}\\boxed{{{right}}}", "\\boxed{-7}", f"<think>{REASONING}</think>\\boxed{{{right}}}", "no"]
+            answers = [
+                f"{REASONING}\\boxed{{{right}}}",
+                "\\boxed{-7}",
+                f"<think>{REASONING}</think>\\boxed{{{right}}}",
+                "no",
+            ]
         else:
-            answers = [f"{REASONING}\n\n***\n\nlantern logbook\n\n***\n\nDone.", "short", REASONING.upper(), "A, B, C."]
+            answers = [
+                f"{REASONING}\n\n***\n\nlantern logbook\n\n***\n\nDone.",
+                "short",
+                REASONING.upper(),
+                "A, B, C.",
+            ]
         groups.append((task, answers))
     return groups
 
@@ -74,21 +86,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--answers", type=int, default=512, help="math and IF answers per side (default 512)")
     ap.add_argument("--code", type=int, default=64, help="code responses per side (default 64)")
-    ap.add_argument("--actors", type=int, default=os.cpu_count() or 1, help="env actors (default: one per CPU)")
+    ap.add_argument(
+        "--actors", type=int, default=os.cpu_count() or 1, help="env actors (default: one per CPU)"
+    )
     args = ap.parse_args()
 
     root = tempfile.mkdtemp(prefix="crb-")
     os.environ.update(RAY_TMPDIR=root, RAY_USAGE_STATS_ENABLED="0")
     import ray
 
-    ray.init(num_cpus=args.actors, include_dashboard=False, log_to_driver=False, _temp_dir=os.path.join(root, "t"))
+    ray.init(
+        num_cpus=args.actors, include_dashboard=False, log_to_driver=False, _temp_dir=os.path.join(root, "t")
+    )
     rows = []
     try:
         for env_id, name in ((MATH, "math"), (IF, "instruction following")):
             local, remote = EnvMix([env_id]), attach_ray(EnvMix([env_id]), "auto", env_actors=args.actors)
             tasks = list(local.envs[env_id].tasks)
-            rows.append(compare(name, local.envs[env_id], remote.envs[env_id], answer_groups(env_id, tasks, args.answers),
-                                answer_groups(env_id, tasks, 4 * len(tasks))))
+            rows.append(
+                compare(
+                    name,
+                    local.envs[env_id],
+                    remote.envs[env_id],
+                    answer_groups(env_id, tasks, args.answers),
+                    answer_groups(env_id, tasks, 4 * len(tasks)),
+                )
+            )
             local.close()
             remote.close()
         code_local, code_ray = CodeEnv(time_limit_s=5), CodeEnv(ray_actors=args.actors, time_limit_s=5)
@@ -100,10 +123,14 @@ def main() -> None:
     finally:
         ray.shutdown()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{os.cpu_count()} CPUs, {args.actors} Ray env actors per env; answers/s (same rewards both ways)")
+    print(
+        f"\n{os.cpu_count()} CPUs, {args.actors} Ray env actors per env; answers/s (same rewards both ways)"
+    )
     print(f"{'batch':<24}{'answers':>8}{'in-process':>12}{'Ray actors':>12}{'Ray/in-proc':>13}")
     for row in rows:
-        print(f"{row['name']:<24}{row['n']:>8}{row['local']:>12.1f}{row['ray']:>12.1f}{row['ray'] / row['local']:>12.2f}x")
+        print(
+            f"{row['name']:<24}{row['n']:>8}{row['local']:>12.1f}{row['ray']:>12.1f}{row['ray'] / row['local']:>12.2f}x"
+        )
 
 
 if __name__ == "__main__":

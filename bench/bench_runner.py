@@ -55,7 +55,9 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="REV", help="also run this benchmark at git revision REV")
     args = parser.parse_args()
     register("bench/Trivial-v0", TrivialEnv)
-    tasks = [{"id": str(i), "prompt": f"q{i}", "answer": "1"} for i in range(args.episodes // args.group_size)]
+    tasks = [
+        {"id": str(i), "prompt": f"q{i}", "answer": "1"} for i in range(args.episodes // args.group_size)
+    ]
     policy = InstantPolicy()
 
     async def bare() -> None:
@@ -95,18 +97,34 @@ def baseline_us_per_episode(rev: str, episodes: int, group_size: int) -> float:
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), rev], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "add", "--detach", str(tree), rev],
+            check=True,
+            capture_output=True,
+        )
         try:
             (tree / "cascade_envs" / "envs").symlink_to(tree / "envs")
             (tree / "cascade_envs" / "plugins").symlink_to(tree / "plugins")
             (tree / "cascade_envs" / "trainer").symlink_to(tree / "trainer")
             out = subprocess.run(
-                [sys.executable, "bench/bench_runner.py", "--episodes", str(episodes), "--group-size", str(group_size)],
-                cwd=tree, check=True, capture_output=True, text=True, env={"PYTHONPATH": str(tree), "PATH": ""},
+                [
+                    sys.executable,
+                    "bench/bench_runner.py",
+                    "--episodes",
+                    str(episodes),
+                    "--group-size",
+                    str(group_size),
+                ],
+                cwd=tree,
+                check=True,
+                capture_output=True,
+                text=True,
+                env={"PYTHONPATH": str(tree), "PATH": ""},
             ).stdout
         finally:
-            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], capture_output=True
+            )
     match = re.search(r"^RolloutRunner\s+\d+\s+([\d.]+)", out, re.M)
     if not match:
         raise SystemExit(f"could not read the baseline's figure from:\n{out}")

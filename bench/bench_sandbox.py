@@ -23,7 +23,9 @@ from pathlib import Path
 from cascade_envs.sandbox import EXECUTABLE, File, Sandbox, available_backends, get_sandbox
 
 PY_SRC = "import sys\nprint(sum(map(int, sys.stdin.read().split())))\n"
-CPP_SRC = "#include <cstdio>\nint main(){long long s=0,x;while(scanf(\"%lld\",&x)==1)s+=x;printf(\"%lld\\n\",s);}\n"
+CPP_SRC = (
+    '#include <cstdio>\nint main(){long long s=0,x;while(scanf("%lld",&x)==1)s+=x;printf("%lld\\n",s);}\n'
+)
 STDIN = " ".join(map(str, range(1000))) + "\n"
 EXPECTED = b"499500\n"
 
@@ -45,8 +47,9 @@ async def sandboxed_response(sb: Sandbox, files: dict, argv: list[str], per: int
     return time.perf_counter() - start
 
 
-def measure(backend: str, bare_argv: list[str], files: dict, argv: list[str], cwd: str, responses: int,
-            per: int) -> tuple[float, float, float]:
+def measure(
+    backend: str, bare_argv: list[str], files: dict, argv: list[str], cwd: str, responses: int, per: int
+) -> tuple[float, float, float]:
     """Seconds per test (bare, sandboxed) and per session start+close, alternating response by response
     so that load drift hits both sides alike."""
     sb = get_sandbox(backend)
@@ -66,8 +69,12 @@ def measure(backend: str, bare_argv: list[str], files: dict, argv: list[str], cw
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--responses", type=int, default=15)
-    ap.add_argument("--tests-per-response", type=int, default=50,
-                    help="tests run in one session (the public code_gen rows have a median of 82)")
+    ap.add_argument(
+        "--tests-per-response",
+        type=int,
+        default=50,
+        help="tests run in one session (the public code_gen rows have a median of 82)",
+    )
     ap.add_argument("--backends", default="bwrap,docker,local", help="comma-separated (default %(default)s)")
     args = ap.parse_args()
     available = available_backends()
@@ -89,12 +96,21 @@ def main() -> None:
             "c++": ([f"{tmp}/sol"], {"sol": File(binary, EXECUTABLE)}, ["./sol"]),
         }
         goals = {"python": 1.2, "c++": 2.0}
-        print(f"{args.responses} responses x {args.tests_per_response} tests per backend and language; median over "
-              "responses of the time per test (session start included), and of one session's start+close")
-        print(f"{'language':8} {'bare ms/test':>12}" + "".join(f" {b + ' ms/test':>16} {'ratio':>6}" for b in backends)
-              + "".join(f" {b + ' session ms':>18}" for b in backends) + "  goal")
+        print(
+            f"{args.responses} responses x {args.tests_per_response} tests per backend and language; median over "
+            "responses of the time per test (session start included), and of one session's start+close"
+        )
+        print(
+            f"{'language':8} {'bare ms/test':>12}"
+            + "".join(f" {b + ' ms/test':>16} {'ratio':>6}" for b in backends)
+            + "".join(f" {b + ' session ms':>18}" for b in backends)
+            + "  goal"
+        )
         for lang, (bare_argv, files, argv) in cases.items():
-            rows = {b: measure(b, bare_argv, files, argv, tmp, args.responses, args.tests_per_response) for b in backends}
+            rows = {
+                b: measure(b, bare_argv, files, argv, tmp, args.responses, args.tests_per_response)
+                for b in backends
+            }
             bare = statistics.median(r[0] for r in rows.values()) if rows else 0.0
             cells = "".join(f" {o * 1e3:16.2f} {o / r:5.2f}x" for r, o, _ in rows.values())
             starts = "".join(f" {st * 1e3:18.1f}" for _, _, st in rows.values())
@@ -109,8 +125,11 @@ def _image_missing(backend: str) -> str | None:
 
     try:
         spec = images.BASES["sandbox"]
-        return None if images.labelled(images.client(), spec.name, spec.key) else (
-            f"image {spec.name} missing: {images.build_hint(spec.name)}")
+        return (
+            None
+            if images.labelled(images.client(), spec.name, spec.key)
+            else (f"image {spec.name} missing: {images.build_hint(spec.name)}")
+        )
     except Exception as exc:
         return str(exc)
 

@@ -50,11 +50,15 @@ COMMANDS = (
     "python3 -c 'import sys; print(sys.version)'",
     "python3 -m unittest 2>&1 | tail -3",
 )
-UNITTEST_LINE = re.compile(r"^(\w+) \(([\w.]+)\)(?:\n[^\n]*?)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure)", re.M)
+UNITTEST_LINE = re.compile(
+    r"^(\w+) \(([\w.]+)\)(?:\n[^\n]*?)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure)", re.M
+)
 
 
 def call(command: str) -> str:
-    return "<tool_call>" + json.dumps({"name": "terminal", "arguments": {"command": command}}) + "</tool_call>"
+    return (
+        "<tool_call>" + json.dumps({"name": "terminal", "arguments": {"command": command}}) + "</tool_call>"
+    )
 
 
 async def in_place(session: Session, task: SweTask) -> float:
@@ -64,8 +68,11 @@ async def in_place(session: Session, task: SweTask) -> float:
     await session.arun(["patch", "-p1", "--batch", "--forward"], task.test_patch, timeout_s=60)
     done = await session.arun(["bash", "-c", "python3 -m unittest -v"], timeout_s=300)
     log = done.stdout.decode() + done.stderr.decode()
-    passed = {(where if where.endswith("." + name) else f"{where}.{name}") for name, where, status
-              in UNITTEST_LINE.findall(log) if status in ("ok", "expected failure")}
+    passed = {
+        (where if where.endswith("." + name) else f"{where}.{name}")
+        for name, where, status in UNITTEST_LINE.findall(log)
+        if status in ("ok", "expected failure")
+    }
     return float(all(t in passed for t in task.tests))
 
 
@@ -113,8 +120,11 @@ def bare(files: dict[str, str]) -> tuple[float, list[float], float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--episodes", type=int, default=10)
-    ap.add_argument("--backends", default="bwrap,docker", help="sandbox backends of the workspace, comma-separated "
-                    "(bwrap, docker, local; default %(default)s)")
+    ap.add_argument(
+        "--backends",
+        default="bwrap,docker",
+        help="sandbox backends of the workspace, comma-separated (bwrap, docker, local; default %(default)s)",
+    )
     ap.add_argument("--repo", default="durations", choices=("durations", "inilite"))
     args = ap.parse_args()
     envs = {}
@@ -142,8 +152,9 @@ def main() -> None:
     loop.close()
     for env in envs.values():
         env.close()
-    assert all(run[4] == 1.0 for runs in (*in_place_runs.values(), *clean_runs.values()) for run in runs), \
+    assert all(run[4] == 1.0 for runs in (*in_place_runs.values(), *clean_runs.values()) for run in runs), (
         "the gold fix must score 1 both ways"
+    )
 
     def median(runs: list, pick) -> float:
         return statistics.median(pick(r) for r in runs)
@@ -154,16 +165,26 @@ def main() -> None:
     def episode(r) -> float:  # set-up, steps (the fix included), grading, tear-down
         return r[0] + sum(r[1]) + r[2] + r[3]
 
-    print(f"SWE episode on {args.repo} ({len(files)} files), {args.episodes} episodes of {len(COMMANDS)} terminal "
-          f"steps (+ the fix and grading on our side); medians over episodes, in ms")
+    print(
+        f"SWE episode on {args.repo} ({len(files)} files), {args.episodes} episodes of {len(COMMANDS)} terminal "
+        f"steps (+ the fix and grading on our side); medians over episodes, in ms"
+    )
     print(f"{'workspace':<26}{'bare subprocess':>16}" + "".join(f"{b:>12}{'ratio':>8}" for b in envs))
-    for name, pick_bare, pick_ours in (("set up", lambda r: r[0], lambda r: r[0]), ("step (mean per command)", mean_step,
-                                       mean_step), ("tear down", lambda r: r[2], lambda r: r[3])):
+    for name, pick_bare, pick_ours in (
+        ("set up", lambda r: r[0], lambda r: r[0]),
+        ("step (mean per command)", mean_step, mean_step),
+        ("tear down", lambda r: r[2], lambda r: r[3]),
+    ):
         b = median(theirs, pick_bare)
-        cells = "".join(f"{median(clean_runs[k], pick_ours) * 1e3:>12.2f}{median(clean_runs[k], pick_ours) / b:>7.1f}x"
-                        for k in envs)
+        cells = "".join(
+            f"{median(clean_runs[k], pick_ours) * 1e3:>12.2f}{median(clean_runs[k], pick_ours) / b:>7.1f}x"
+            for k in envs
+        )
         print(f"{name:<26}{b * 1e3:>16.2f}{cells}")
-    print(f"\n{'grading':<26}" + "".join(f"{k + ' in place':>18}{k + ' clean room':>20}{'ratio':>8}" for k in envs))
+    print(
+        f"\n{'grading':<26}"
+        + "".join(f"{k + ' in place':>18}{k + ' clean room':>20}{'ratio':>8}" for k in envs)
+    )
     for name, pick in (("grading", lambda r: r[2]), ("whole episode", episode)):
         cells = ""
         for k in envs:

@@ -47,7 +47,9 @@ class TokenizerPolicy:
     async def agenerate(self, messages, *, sampling, thinking=True):
         calls = sum(m["role"] == "tool" for m in messages)
         text = CALL if calls < self.turns - 1 else "The handler forwards the request body."
-        prompt = self.tok(render_chat_prompt(self.tok, messages, thinking), add_special_tokens=False)["input_ids"]
+        prompt = self.tok(render_chat_prompt(self.tok, messages, thinking), add_special_tokens=False)[
+            "input_ids"
+        ]
         ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.eos]
         return Completion(text, "stop", ids, [-0.1] * len(ids), prompt)
 

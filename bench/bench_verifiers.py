@@ -43,7 +43,9 @@ REASONING = "Let me work through this carefully, checking each step against the 
 Cases = list[tuple[Any, str]]
 
 
-def throughput(score_all: Callable[[Cases], list[float]], cases: Cases, seconds: float) -> tuple[float, list[float]]:
+def throughput(
+    score_all: Callable[[Cases], list[float]], cases: Cases, seconds: float
+) -> tuple[float, list[float]]:
     """Responses per second of ``score_all`` over ``cases`` (repeated for ``seconds``), and one pass's values."""
     values = score_all(cases)  # warm-up, and the values to compare
     done, start = 0, time.perf_counter()
@@ -133,7 +135,10 @@ def math_cases() -> tuple[Any, list[tuple[Any, str]], Callable[[Any, str], float
     cases = []
     for task in env.tasks:
         gold = strip_delimiters(task.row["expected_answer"])
-        cases += [(task, f"{REASONING}\nSo the answer is \\boxed{{{gold}}}."), (task, f"{REASONING}\n\\boxed{{7/5}}")]
+        cases += [
+            (task, f"{REASONING}\nSo the answer is \\boxed{{{gold}}}."),
+            (task, f"{REASONING}\n\\boxed{{7/5}}"),
+        ]
 
     def in_process(task: Any, text: str) -> float:
         gold = parse("\\boxed{" + strip_delimiters(task.row["expected_answer"]) + "}", GOLD_TARGETS)
@@ -146,7 +151,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per side and domain")
     args = parser.parse_args()
-    print(f"{'domain':<12} {'responses':>9} {'chars':>6} {'ours (resp/s)':>14} {'reference (resp/s)':>19} {'ours/ref':>9}  reference")
+    print(
+        f"{'domain':<12} {'responses':>9} {'chars':>6} {'ours (resp/s)':>14} {'reference (resp/s)':>19} {'ours/ref':>9}  reference"
+    )
     for name, build, reference in (
         ("mcqa", mcqa_cases, "naive regex"),
         ("mcqa-regex", mcqa_regex_cases, "the row regex in-process"),
@@ -157,10 +164,16 @@ def main() -> None:
         env, cases, baseline = build()
         ours, our_values = throughput(env_scorer(env), cases, args.seconds)
         ref, ref_values = throughput(one_by_one(baseline), cases, args.seconds)
-        agree = "" if our_values == ref_values else f"  (DISAGREE on {sum(a != b for a, b in zip(our_values, ref_values, strict=True))})"
+        agree = (
+            ""
+            if our_values == ref_values
+            else f"  (DISAGREE on {sum(a != b for a, b in zip(our_values, ref_values, strict=True))})"
+        )
         size = sum(len(text) for _, text in cases) // len(cases)
         env.close()
-        print(f"{name:<12} {len(cases):>9} {size:>6} {ours:>14.0f} {ref:>19.0f} {ours / ref:>9.2f}  {reference}{agree}")
+        print(
+            f"{name:<12} {len(cases):>9} {size:>6} {ours:>14.0f} {ref:>19.0f} {ours / ref:>9.2f}  {reference}{agree}"
+        )
 
 
 if __name__ == "__main__":

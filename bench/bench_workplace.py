@@ -53,7 +53,10 @@ def call_text(name: str, arguments: dict[str, Any]) -> str:
 def answer_items(task: dict[str, Any]) -> list[str]:
     """The row's ``expected_answer`` items (the first alternative of each); [] when it asks nothing."""
     value = task.get("expected_answer")
-    return [item if isinstance(item, str) else item[0] for item in ([value] if isinstance(value, str) else value or [])]
+    return [
+        item if isinstance(item, str) else item[0]
+        for item in ([value] if isinstance(value, str) else value or [])
+    ]
 
 
 def script(task: dict[str, Any]) -> list[str]:
@@ -78,6 +81,7 @@ class ScriptedPolicy:
 
 
 # ----- ours ---------------------------------------------------------------------------------------
+
 
 def ours_runner(env: WorkplaceEnv, tasks: list[dict[str, Any]], rounds: int) -> float:
     """Seconds to play every task ``rounds`` times through the RolloutRunner."""
@@ -122,6 +126,7 @@ def ours_bare(env: WorkplaceEnv, tasks: list[dict[str, Any]], rounds: int) -> di
 
 # ----- reference: a dict of column lists --------------------------------------------------------
 
+
 def load_columns(folder: Path) -> tuple[dict[str, Columns], list[str]]:
     tables: dict[str, Columns] = {}
     for name, spec in TABLES.items():
@@ -145,8 +150,9 @@ class Reference:
         self.t, self.directory, self.now = tables, directory, now
 
     def copy(self) -> Reference:
-        return Reference({n: {c: list(v) for c, v in cols.items()} for n, cols in self.t.items()}, self.directory,
-                         self.now)
+        return Reference(
+            {n: {c: list(v) for c, v in cols.items()} for n, cols in self.t.items()}, self.directory, self.now
+        )
 
     # generic row operations
     def rows(self, table: str) -> list[dict[str, Any]]:
@@ -180,14 +186,24 @@ class Reference:
         return str(number).zfill(8) if pad else str(number)
 
     def send(self, recipient: str, subject: str, body: str) -> str:
-        return self.insert("email", {"email_id": self.next_id("email", "email_id", pad=False), "inbox/outbox": "outbox",
-                                     "sender/recipient": recipient.lower(), "subject": subject,
-                                     "sent_datetime": self.now, "body": body})
+        return self.insert(
+            "email",
+            {
+                "email_id": self.next_id("email", "email_id", pad=False),
+                "inbox/outbox": "outbox",
+                "sender/recipient": recipient.lower(),
+                "subject": subject,
+                "sent_datetime": self.now,
+                "body": body,
+            },
+        )
 
     def page(self, found: list[dict[str, Any]], noun: str, page: int = 1, page_size: int = 5) -> Any:
-        return {f"{noun}s": found[(page - 1) * page_size: page * page_size], "total": len(found)}
+        return {f"{noun}s": found[(page - 1) * page_size : page * page_size], "total": len(found)}
 
-    def per_day(self, time_min: str, time_max: str, value: Callable[[list[dict[str, Any]]], Any]) -> dict[str, Any]:
+    def per_day(
+        self, time_min: str, time_max: str, value: Callable[[list[dict[str, Any]]], Any]
+    ) -> dict[str, Any]:
         days: dict[str, list[dict[str, Any]]] = {}
         for r in self.rows("analytics"):
             if time_min <= r["date_of_visit"] <= time_max:
@@ -200,10 +216,15 @@ class Reference:
         if name == "company_directory_find_email_address":
             return [d for d in self.directory if low["name"] in d]
         if name == "email_search_emails":
-            found = [r for r in self.rows("email")
-                     if all(w in f"{r['subject']} {r['body']} {r['sender/recipient']}".lower()
-                            for w in low.get("query", "").split())
-                     and a.get("date_min", "") <= r["sent_datetime"][:10] <= a.get("date_max", "9999")]
+            found = [
+                r
+                for r in self.rows("email")
+                if all(
+                    w in f"{r['subject']} {r['body']} {r['sender/recipient']}".lower()
+                    for w in low.get("query", "").split()
+                )
+                and a.get("date_min", "") <= r["sent_datetime"][:10] <= a.get("date_max", "9999")
+            ]
             return self.page(sorted(found, key=lambda r: r["sent_datetime"], reverse=True), "email")
         if name == "email_get_email_information_by_id":
             return {a["field"]: self.row("email", "email_id", a["email_id"])[a["field"]]}
@@ -217,15 +238,27 @@ class Reference:
         if name == "email_delete_email":
             return self.delete("email", "email_id", a["email_id"])
         if name == "calendar_search_events":
-            found = [r for r in self.rows("calendar")
-                     if (low.get("query", "") in r["event_name"].lower() or low.get("query", "") in r["participant_email"])
-                     and a.get("time_min", "") <= r["event_start"] <= a.get("time_max", "9999")]
+            found = [
+                r
+                for r in self.rows("calendar")
+                if (
+                    low.get("query", "") in r["event_name"].lower()
+                    or low.get("query", "") in r["participant_email"]
+                )
+                and a.get("time_min", "") <= r["event_start"] <= a.get("time_max", "9999")
+            ]
             return self.page(sorted(found, key=lambda r: r["event_start"], reverse=True), "event")
         if name == "calendar_get_event_information_by_id":
             return {a["field"]: self.row("calendar", "event_id", a["event_id"])[a["field"]]}
         if name == "calendar_create_event":
-            return self.insert("calendar", {"event_id": self.next_id("calendar", "event_id"), **a,
-                                            "participant_email": low["participant_email"]})
+            return self.insert(
+                "calendar",
+                {
+                    "event_id": self.next_id("calendar", "event_id"),
+                    **a,
+                    "participant_email": low["participant_email"],
+                },
+            )
         if name == "calendar_update_event":
             return self.set("calendar", "event_id", a["event_id"], a["field"], a["new_value"])
         if name == "calendar_delete_event":
@@ -233,43 +266,73 @@ class Reference:
         if name == "analytics_get_visitor_information_by_id":
             return [r for r in self.rows("analytics") if r["visitor_id"] == a["visitor_id"]]
         if name == "analytics_create_plot":
-            return self.insert("plots", {"file_path": "plots/{time_min}_{time_max}_{value_to_plot}_{plot_type}.png"
-                                         .format(**a)})
+            return self.insert(
+                "plots",
+                {"file_path": "plots/{time_min}_{time_max}_{value_to_plot}_{plot_type}.png".format(**a)},
+            )
         if name.startswith("analytics_"):
             source = a.get("traffic_source")
             counted: dict[str, Callable[[list[dict[str, Any]]], Any]] = {
                 "analytics_total_visits_count": len,
                 "analytics_engaged_users_count": lambda rs: sum(r["user_engaged"] for r in rs),
                 "analytics_traffic_source_count": lambda rs: sum(r["traffic_source"] == source for r in rs),
-                "analytics_get_average_session_duration":
-                    lambda rs: sum(float(r["session_duration_seconds"]) for r in rs) / len(rs),
+                "analytics_get_average_session_duration": lambda rs: (
+                    sum(float(r["session_duration_seconds"]) for r in rs) / len(rs)
+                ),
             }
             return self.per_day(a.get("time_min", ""), a.get("time_max", "9999"), counted[name])
         if name == "project_management_search_tasks":
-            return [r for r in self.rows("project_management")
-                    if all(v in str(r[k]).lower() for k, v in low.items() if k != "assigned_to_email")
-                    and low.get("assigned_to_email", r["assigned_to_email"]) == r["assigned_to_email"]]
+            return [
+                r
+                for r in self.rows("project_management")
+                if all(v in str(r[k]).lower() for k, v in low.items() if k != "assigned_to_email")
+                and low.get("assigned_to_email", r["assigned_to_email"]) == r["assigned_to_email"]
+            ]
         if name == "project_management_get_task_information_by_id":
             return {a["field"]: self.row("project_management", "task_id", a["task_id"])[a["field"]]}
         if name == "project_management_create_task":
-            return self.insert("project_management", {"task_id": self.next_id("project_management", "task_id"), **a,
-                                                      "assigned_to_email": low["assigned_to_email"]})
+            return self.insert(
+                "project_management",
+                {
+                    "task_id": self.next_id("project_management", "task_id"),
+                    **a,
+                    "assigned_to_email": low["assigned_to_email"],
+                },
+            )
         if name == "project_management_update_task":
             new = low["new_value"] if a["field"] == "assigned_to_email" else a["new_value"]
             return self.set("project_management", "task_id", a["task_id"], a["field"], new)
         if name == "project_management_delete_task":
             return self.delete("project_management", "task_id", a["task_id"])
         if name == "customer_relationship_manager_search_customers":
-            bounds = {"last_contact_date_min", "last_contact_date_max", "follow_up_by_min", "follow_up_by_max"}
-            found = [r for r in self.rows("customer_relationship_manager")
-                     if all(v in str(r[k]).lower() for k, v in low.items() if k not in bounds)
-                     and all(r[k[:-4]] >= v if k.endswith("_min") else r[k[:-4]] <= v
-                             for k, v in a.items() if k in bounds)]
+            bounds = {
+                "last_contact_date_min",
+                "last_contact_date_max",
+                "follow_up_by_min",
+                "follow_up_by_max",
+            }
+            found = [
+                r
+                for r in self.rows("customer_relationship_manager")
+                if all(v in str(r[k]).lower() for k, v in low.items() if k not in bounds)
+                and all(
+                    r[k[:-4]] >= v if k.endswith("_min") else r[k[:-4]] <= v
+                    for k, v in a.items()
+                    if k in bounds
+                )
+            ]
             return self.page(found, "customer")
         table, key = "customer_relationship_manager", "customer_id"
         if name == "customer_relationship_manager_add_customer":
-            return self.insert(table, {key: self.next_id(table, key), **a, "assigned_to_email": low["assigned_to_email"],
-                                       "customer_email": low.get("customer_email")})
+            return self.insert(
+                table,
+                {
+                    key: self.next_id(table, key),
+                    **a,
+                    "assigned_to_email": low["assigned_to_email"],
+                    "customer_email": low.get("customer_email"),
+                },
+            )
         if name == "customer_relationship_manager_update_customer":
             return self.set(table, key, a["customer_id"], a["field"], a["new_value"])
         if name == "customer_relationship_manager_delete_customer":
@@ -278,16 +341,24 @@ class Reference:
 
     def cells(self) -> dict[str, dict[str, list[Any]]]:
         """Every cell, text case-folded, in order: what the reference comparison compares."""
-        return {n: {c: [v.casefold() if isinstance(v, str) else v for v in cells] for c, cells in cols.items()}
-                for n, cols in self.t.items()}
+        return {
+            n: {c: [v.casefold() if isinstance(v, str) else v for v in cells] for c, cells in cols.items()}
+            for n, cols in self.t.items()
+        }
 
 
 def reference_bare(template: Reference, tasks: list[dict[str, Any]], rounds: int) -> dict[str, float]:
     """The same episodes on the reference: copy, the same call texts parsed and run, then score."""
     spent = {"start": 0.0, "turns": 0.0, "score": 0.0}
     clock = time.perf_counter
-    plans = [(script(t), [(c["name"], json.loads(c["arguments"])) for c in t["ground_truth"]],
-              [item.casefold() for item in answer_items(t)]) for t in tasks]
+    plans = [
+        (
+            script(t),
+            [(c["name"], json.loads(c["arguments"])) for c in t["ground_truth"]],
+            [item.casefold() for item in answer_items(t)],
+        )
+        for t in tasks
+    ]
     for _ in range(rounds):
         for steps, truth, items in plans:
             t0 = clock()
@@ -295,7 +366,7 @@ def reference_bare(template: Reference, tasks: list[dict[str, Any]], rounds: int
             t1 = clock()
             for text in steps:
                 if "<tool_call>" in text:
-                    call = json.loads(text[len("<tool_call>"): -len("</tool_call>")])
+                    call = json.loads(text[len("<tool_call>") : -len("</tool_call>")])
                     json.dumps(db.call(call["name"], call["arguments"]), default=str)
             t2 = clock()
             expected = template.copy()
@@ -313,12 +384,15 @@ def reference_bare(template: Reference, tasks: list[dict[str, Any]], rounds: int
 
 # ----- SQLite: copy and comparison ----------------------------------------------------------------
 
+
 def sqlite_template(tables: dict[str, Columns]) -> sqlite3.Connection:
     db = sqlite3.connect(":memory:")
     for name, cols in tables.items():
         quoted = ", ".join(f'"{c}"' for c in cols)
         db.execute(f'CREATE TABLE "{name}" ({quoted})')
-        db.executemany(f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(cols))})', zip(*cols.values(), strict=True))
+        db.executemany(
+            f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(cols))})', zip(*cols.values(), strict=True)
+        )
     db.commit()
     return db
 
@@ -333,13 +407,16 @@ def sqlite_equal(db: sqlite3.Connection, names: list[str]) -> bool:
     """Every table of ``main`` and the attached ``expected`` holds the same rows (EXCEPT both ways)."""
     for name in names:
         for left, right in (("main", "expected"), ("expected", "main")):
-            query = f'SELECT 1 FROM (SELECT * FROM {left}."{name}" EXCEPT SELECT * FROM {right}."{name}") LIMIT 1'
+            query = (
+                f'SELECT 1 FROM (SELECT * FROM {left}."{name}" EXCEPT SELECT * FROM {right}."{name}") LIMIT 1'
+            )
             if db.execute(query).fetchone():
                 return False
     return True
 
 
 # ----- measuring ----------------------------------------------------------------------------------
+
 
 def per_op_us(fn: Callable[[], Any], number: int, repeats: int = 5) -> float:
     """Best of ``repeats`` of the mean time of ``fn`` over ``number`` calls, in microseconds."""
@@ -429,16 +506,22 @@ def main() -> None:
         ("one state comparison", compare_us, ref_compare_us, sqlite_compare_us),
         ("one answer check", answer_us, ref_answer_us, None),
     ]
-    print(f"{len(tasks)} bundled tasks x {args.rounds} rounds = {episodes} episodes, {turns} turns; "
-          f"tables: {sum(len(t) for t in template.tables.values())} rows")
-    print(f"RolloutRunner: {episodes / runner_s:,.0f} episodes/s; bare env loop: "
-          f"{episodes / sum(ours.values()):,.0f} episodes/s; reference loop: {episodes / sum(ref.values()):,.0f} episodes/s")
+    print(
+        f"{len(tasks)} bundled tasks x {args.rounds} rounds = {episodes} episodes, {turns} turns; "
+        f"tables: {sum(len(t) for t in template.tables.values())} rows"
+    )
+    print(
+        f"RolloutRunner: {episodes / runner_s:,.0f} episodes/s; bare env loop: "
+        f"{episodes / sum(ours.values()):,.0f} episodes/s; reference loop: {episodes / sum(ref.values()):,.0f} episodes/s"
+    )
     print(f"{'microseconds':<32}{'ours':>10}{'dict-of-lists':>15}{'ratio':>8}{'sqlite':>10}{'ratio':>8}")
     for label, mine, plain, sql in rows:
         tail = f"{sql:>10.1f}{mine / sql:>7.2f}x" if sql is not None else ""
         print(f"{label:<32}{mine:>10.1f}{plain:>15.1f}{mine / plain:>7.2f}x{tail}")
-    print(f"comparison case: task {case['task']['id']} ({len(case['ids'])} calendar deletes on both sides); "
-          f"answer check: task {question['id']} ({len(answer.items)} items, {len(answer.distractors)} distractors)")
+    print(
+        f"comparison case: task {case['task']['id']} ({len(case['ids'])} calendar deletes on both sides); "
+        f"answer check: task {question['id']} ({len(answer.items)} items, {len(answer.distractors)} distractors)"
+    )
     env.close()
 
 

@@ -53,6 +53,7 @@ def frame(fn: Callable[..., Any] | None, args: tuple[Any, ...]) -> bytes:
 
 # ----- the worker's side ------------------------------------------------------------------------
 
+
 def _die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this process when its starting thread ends (even mid C code)."""
     if sys.platform.startswith("linux"):
@@ -75,7 +76,12 @@ def serve() -> None:
     import resource
     import signal
 
-    fd, targets, memory_mb, parent = int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    fd, targets, memory_mb, parent = (
+        int(sys.argv[2]),
+        json.loads(sys.argv[3]),
+        int(sys.argv[4]),
+        int(sys.argv[5]),
+    )
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     default = resolve(targets["fn"]) if targets["fn"] else None
@@ -107,6 +113,7 @@ def serve() -> None:
 
 # ----- our side ---------------------------------------------------------------------------------
 
+
 class WorkerProcess:
     """A started worker and our non-blocking end of its socket (used by one call at a time).
 
@@ -116,7 +123,13 @@ class WorkerProcess:
 
     def __init__(self, targets: dict[str, Any], memory_mb: int | None):
         ours, theirs = socket.socketpair()
-        argv = [json.dumps(sys.path), str(theirs.fileno()), json.dumps(targets), str(memory_mb or 0), str(os.getpid())]
+        argv = [
+            json.dumps(sys.path),
+            str(theirs.fileno()),
+            json.dumps(targets),
+            str(memory_mb or 0),
+            str(os.getpid()),
+        ]
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _BOOT.format(module=__name__), *argv],

@@ -53,14 +53,30 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [("environment", s) for s in env_specs().values()]
     rows += [("sandbox", s) for _, s in sandboxes.items()] + [("judge", s) for _, s in judges.items()]
     if args.json:
-        print(json.dumps([{"kind": k, "id": s.id, "entry_point": s.entry_point, "plugin": s.plugin,
-                           "distribution": s.distribution, "version": s.version} for k, s in rows], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "kind": k,
+                        "id": s.id,
+                        "entry_point": s.entry_point,
+                        "plugin": s.plugin,
+                        "distribution": s.distribution,
+                        "version": s.version,
+                    }
+                    for k, s in rows
+                ],
+                indent=2,
+            )
+        )
         return 0
     width = max([len(s.id) for _, s in rows] + [10])
     plugin_width = max([len(s.plugin) for _, s in rows] + [6])
     print(f"{'id':<{width}}  {'kind':<11}  {'plugin':<{plugin_width}}  distribution")
     for kind, s in rows:
-        print(f"{s.id:<{width}}  {kind:<11}  {s.plugin:<{plugin_width}}  {s.distribution} {s.version}".rstrip())
+        print(
+            f"{s.id:<{width}}  {kind:<11}  {s.plugin:<{plugin_width}}  {s.distribution} {s.version}".rstrip()
+        )
     for failure in failures():
         print(f"BROKEN: {failure}")
     return 0
@@ -151,10 +167,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"\n{total.episodes} episodes in {elapsed:.1f} s; results: {output}")
     stats = getattr(policy, "stats", None)
     if stats and (stats.get("retries") or stats.get("failures")):
-        print(f"policy requests: {stats.get('requests', 0)}, retried {stats.get('retries', 0)}, "
-              f"failed {stats.get('failures', 0)}")
+        print(
+            f"policy requests: {stats.get('requests', 0)}, retried {stats.get('retries', 0)}, "
+            f"failed {stats.get('failures', 0)}"
+        )
     if total.errors:
-        print(f"{total.errors} episode(s) failed; first errors: {'; '.join(e for s in metrics.stats.values() for e in s.error_examples)[:600]}")
+        print(
+            f"{total.errors} episode(s) failed; first errors: {'; '.join(e for s in metrics.stats.values() for e in s.error_examples)[:600]}"
+        )
     if total.episodes and total.errors == total.episodes:
         print("every episode failed", file=sys.stderr)
         return 1
@@ -171,10 +191,17 @@ def cmd_serve_sandbox(args: argparse.Namespace) -> int:
     import importlib
 
     service = importlib.import_module(SANDBOX_SERVICE_MODULE)
-    limits = {"max_body_mb": args.max_body_mb, "idle_timeout_s": args.idle_timeout,
-              "request_timeout_s": args.request_timeout}
+    limits = {
+        "max_body_mb": args.max_body_mb,
+        "idle_timeout_s": args.idle_timeout,
+        "request_timeout_s": args.request_timeout,
+    }
     service.serve_sandbox(
-        host=args.host, port=args.port, workers=args.workers, backend=args.backend, max_queue=args.max_queue,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        backend=args.backend,
+        max_queue=args.max_queue,
         **{k: v for k, v in limits.items() if v is not None},  # None: the service's own default
     )
     return 0
@@ -183,10 +210,20 @@ def cmd_serve_sandbox(args: argparse.Namespace) -> int:
 def cmd_serve_judge(args: argparse.Namespace) -> int:
     from .judges.server import serve_judge
 
-    options = {"max_tokens": args.max_tokens, "max_batch_size": args.max_batch_size, "max_queue": args.max_queue,
-               "request_timeout_s": args.request_timeout}
-    serve_judge(args.host, args.port, args.model, allow_remote=args.allow_remote, device=args.device,
-                **{k: v for k, v in options.items() if v is not None})  # None: the server's own default
+    options = {
+        "max_tokens": args.max_tokens,
+        "max_batch_size": args.max_batch_size,
+        "max_queue": args.max_queue,
+        "request_timeout_s": args.request_timeout,
+    }
+    serve_judge(
+        args.host,
+        args.port,
+        args.model,
+        allow_remote=args.allow_remote,
+        device=args.device,
+        **{k: v for k, v in options.items() if v is not None},
+    )  # None: the server's own default
     return 0
 
 
@@ -205,15 +242,30 @@ def cmd_filter(args: argparse.Namespace) -> int:
     if args.judge_url:
         os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
     settings = FilterSettings(args.k, args.keep_unsolved, args.solved_threshold, args.seed)
-    policy_id = args.policy if not args.policy.startswith("http") else f"http model {args.model or '(server default)'}"
-    job = FilterJob(args.env, args.tasks, args.output, settings, env_kwargs=env_kwargs, policy_id=policy_id,
-                    sampling=SamplingParams(args.max_tokens, args.temperature, args.top_p)).open(args.force)
+    policy_id = (
+        args.policy
+        if not args.policy.startswith("http")
+        else f"http model {args.model or '(server default)'}"
+    )
+    job = FilterJob(
+        args.env,
+        args.tasks,
+        args.output,
+        settings,
+        env_kwargs=env_kwargs,
+        policy_id=policy_id,
+        sampling=SamplingParams(args.max_tokens, args.temperature, args.top_p),
+    ).open(args.force)
     policy: Any = _make_policy(args) if job.pending else None  # a finished folder needs no model
 
     async def run() -> Any:
         try:
-            return await job.arun(policy, concurrency=args.concurrency, episode_timeout_s=args.episode_timeout,
-                                  progress=not args.no_progress)
+            return await job.arun(
+                policy,
+                concurrency=args.concurrency,
+                episode_timeout_s=args.episode_timeout,
+                progress=not args.no_progress,
+            )
         finally:
             if policy is not None:
                 await policy.aclose()
@@ -225,8 +277,11 @@ def cmd_filter(args: argparse.Namespace) -> int:
     print(format_histogram(summary.histogram))
     print(json.dumps(summary.to_dict(), indent=2))
     if not summary.complete:
-        print(f"{summary.counts['incomplete']} prompt(s) incomplete (rollouts not scored; see "
-              f"{summary.out_dir / 'outcomes.jsonl'}): rerun the same command to retry them", file=sys.stderr)
+        print(
+            f"{summary.counts['incomplete']} prompt(s) incomplete (rollouts not scored; see "
+            f"{summary.out_dir / 'outcomes.jsonl'}): rerun the same command to retry them",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -235,17 +290,36 @@ def _add_rollout_options(p: argparse.ArgumentParser) -> None:
     """The policy, sampling and runner options that ``eval`` and ``filter`` share."""
     p.add_argument("--policy", default="embedded", help="http(s)://HOST/v1, hf:PATH or embedded (default)")
     p.add_argument("--model", help="model name for an HTTP policy (default: the server's first)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="per model turn (default %(default)s)")
+    p.add_argument(
+        "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="per model turn (default %(default)s)"
+    )
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="(default %(default)s)")
     p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P, help="(default %(default)s)")
-    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
-                   help="episodes in flight at once (default %(default)s)")
-    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
-                   help="overall deadline of one policy request, retries excluded (default %(default)s)")
-    p.add_argument("--episode-timeout", type=float, default=None, metavar="S",
-                   help="wall-clock budget of one episode; past it the episode ends truncated")
-    p.add_argument("--judge-url", metavar="URL[,URL...]",
-                   help="judge endpoint(s) of LLM-judged envs (default: $CASCADE_ENVS_JUDGE_URL)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help="episodes in flight at once (default %(default)s)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="overall deadline of one policy request, retries excluded (default %(default)s)",
+    )
+    p.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="wall-clock budget of one episode; past it the episode ends truncated",
+    )
+    p.add_argument(
+        "--judge-url",
+        metavar="URL[,URL...]",
+        help="judge endpoint(s) of LLM-judged envs (default: $CASCADE_ENVS_JUDGE_URL)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -258,13 +332,17 @@ def cmd_build_image(args: argparse.Namespace) -> int:
     cache = Path(args.cache) if args.cache else None
     kind = "swe-base" if args.kind == "swe" else args.kind
     if args.kind != "swe" or args.base == images.SWE_BASE_IMAGE:
-        images.build_base(images.BASES[kind], client, cache_dir=cache, mirror=args.mirror, rebuild=args.rebuild)
+        images.build_base(
+            images.BASES[kind], client, cache_dir=cache, mirror=args.mirror, rebuild=args.rebuild
+        )
     if args.kind == "swe":
         from .data import load_tasks
 
         swe = importlib.import_module(SWE_IMAGES_MODULE)
         read_task = importlib.import_module(SWE_IMAGES_MODULE.rpartition(".")[0] + ".task").read_task
-        swe.build_images(load_tasks(args.tasks or "bundled:swe/tasks.jsonl", read_task), client, base=args.base)
+        swe.build_images(
+            load_tasks(args.tasks or "bundled:swe/tasks.jsonl", read_task), client, base=args.base
+        )
     return 0
 
 
@@ -282,85 +360,170 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_info)
 
     p = sub.add_parser("eval", help="play environments with a policy and print per-env rewards")
-    p.add_argument("--env", action="append", metavar="ID", help="env id (repeatable); default: every CPU domain")
-    p.add_argument("--mix", metavar="ID=W,... | FILE.yaml", help="weighted env mix (then --num-tasks samples)")
+    p.add_argument(
+        "--env", action="append", metavar="ID", help="env id (repeatable); default: every CPU domain"
+    )
+    p.add_argument(
+        "--mix", metavar="ID=W,... | FILE.yaml", help="weighted env mix (then --num-tasks samples)"
+    )
     p.add_argument("--tasks", metavar="PATH", help="task file (JSONL/Parquet) for the single --env")
     p.add_argument("-n", "--num-tasks", type=int, help="sample this many tasks from the mix")
     p.add_argument("--limit", type=int, help="at most this many tasks per env (without --num-tasks)")
     p.add_argument("-g", "--group-size", type=int, default=1, help="samples per task (default 1)")
     p.add_argument("--seed", type=int, default=0)
     _add_rollout_options(p)
-    p.add_argument("--ray", metavar="ADDRESS", help="play and score the envs on Ray actors: 'auto' joins a "
-                   "running cluster, 'local' starts one (default: all in this process)")
-    p.add_argument("--ray-actors", type=int, default=0, metavar="N", help="Ray actors per env (default: one per CPU)")
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="play and score the envs on Ray actors: 'auto' joins a "
+        "running cluster, 'local' starts one (default: all in this process)",
+    )
+    p.add_argument(
+        "--ray-actors", type=int, default=0, metavar="N", help="Ray actors per env (default: one per CPU)"
+    )
     p.add_argument("-o", "--output", help="results JSONL (default runs/eval-TIMESTAMP.jsonl)")
     p.set_defaults(fn=cmd_eval)
 
-    p = sub.add_parser("train", help="RL training on an env mix, or a Cascade RL pipeline (default: the embedded smoke run)")
-    p.add_argument("config", nargs="?", metavar="CONFIG",
-                   help="a config YAML or a shipped config name (if_rl, cascade_smoke, ...); a file with a top-level "
-                        "'stages:' list runs a pipeline (default: the embedded single run)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a config value; in a pipeline: model.*/output_dir/eval.* set the pipeline, "
-                        "STAGE:KEY=VALUE one stage, any other key every stage")
-    p.add_argument("--from-stage", metavar="NAME",
-                   help="pipeline only: train again from this stage on (its earlier runs are moved aside)")
+    p = sub.add_parser(
+        "train", help="RL training on an env mix, or a Cascade RL pipeline (default: the embedded smoke run)"
+    )
+    p.add_argument(
+        "config",
+        nargs="?",
+        metavar="CONFIG",
+        help="a config YAML or a shipped config name (if_rl, cascade_smoke, ...); a file with a top-level "
+        "'stages:' list runs a pipeline (default: the embedded single run)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config value; in a pipeline: model.*/output_dir/eval.* set the pipeline, "
+        "STAGE:KEY=VALUE one stage, any other key every stage",
+    )
+    p.add_argument(
+        "--from-stage",
+        metavar="NAME",
+        help="pipeline only: train again from this stage on (its earlier runs are moved aside)",
+    )
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("serve-sandbox", help="run the code-verification HTTP service")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--workers", type=int, default=None, help="concurrent verifications (default: one per core)")
-    p.add_argument("--max-queue", type=int, default=None, help="queued requests before answering 429 (default: 64 per worker)")
+    p.add_argument(
+        "--workers", type=int, default=None, help="concurrent verifications (default: one per core)"
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=None,
+        help="queued requests before answering 429 (default: 64 per worker)",
+    )
     p.add_argument("--backend", default=None, help="sandbox backend (default: bwrap where present)")
     p.add_argument("--max-body-mb", type=float, help="request body limit; 413 past it (default 8)")
-    p.add_argument("--idle-timeout", type=float, metavar="S", help="close connections silent this long (default 30)")
-    p.add_argument("--request-timeout", type=float, metavar="S",
-                   help="408 for a request not fully received in time (default 60)")
+    p.add_argument(
+        "--idle-timeout", type=float, metavar="S", help="close connections silent this long (default 30)"
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        metavar="S",
+        help="408 for a request not fully received in time (default 60)",
+    )
     p.set_defaults(fn=cmd_serve_sandbox)
 
-    p = sub.add_parser("serve-judge", help="serve a local model as an LLM judge (OpenAI chat-completions API)")
-    p.add_argument("--host", default="127.0.0.1", help="(default %(default)s; loopback only without --allow-remote)")
+    p = sub.add_parser(
+        "serve-judge", help="serve a local model as an LLM judge (OpenAI chat-completions API)"
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="(default %(default)s; loopback only without --allow-remote)"
+    )
     p.add_argument("--port", type=int, default=8011, help="(default %(default)s; 0 picks a free port)")
-    p.add_argument("--model", default="embedded", help="'embedded' (SmolLM2-135M, the default) or a checkpoint folder")
+    p.add_argument(
+        "--model", default="embedded", help="'embedded' (SmolLM2-135M, the default) or a checkpoint folder"
+    )
     p.add_argument("--max-tokens", type=int, help="cap on the tokens of one reply (default 512)")
     p.add_argument("--max-batch-size", type=int, help="requests generated together (default 16)")
     p.add_argument("--max-queue", type=int, help="requests waiting or running before a 429 (default 256)")
-    p.add_argument("--request-timeout", type=float, metavar="S", help="504 for a reply not ready in time (default 300)")
+    p.add_argument(
+        "--request-timeout", type=float, metavar="S", help="504 for a reply not ready in time (default 300)"
+    )
     p.add_argument("--device", help="torch device (default: cuda when available)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow a non-loopback --host (the server has no authentication)")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host (the server has no authentication)",
+    )
     p.set_defaults(fn=cmd_serve_judge)
 
-    p = sub.add_parser("filter", help="difficulty filtering: drop prompts a policy solves k/k, keep a share of 0/k")
+    p = sub.add_parser(
+        "filter", help="difficulty filtering: drop prompts a policy solves k/k, keep a share of 0/k"
+    )
     p.add_argument("--env", required=True, metavar="ID", help="env id whose rows --tasks holds")
-    p.add_argument("--tasks", required=True, metavar="PATH", help="task file (JSONL/Parquet, or bundled:DOMAIN/FILE)")
+    p.add_argument(
+        "--tasks", required=True, metavar="PATH", help="task file (JSONL/Parquet, or bundled:DOMAIN/FILE)"
+    )
     p.add_argument("--env-kwargs", metavar="JSON", help="env constructor arguments as a JSON object")
     p.add_argument("-k", type=int, default=8, help="rollouts per prompt (default %(default)s)")
-    p.add_argument("--keep-unsolved", type=float, default=1.0, metavar="FRACTION",
-                   help="seeded share of 0/k prompts kept (default %(default)s: all; the SWE curation uses 0.1)")
-    p.add_argument("--solved-threshold", type=float, default=1.0, metavar="R",
-                   help="a rollout is solved when its reward is >= R (default %(default)s)")
+    p.add_argument(
+        "--keep-unsolved",
+        type=float,
+        default=1.0,
+        metavar="FRACTION",
+        help="seeded share of 0/k prompts kept (default %(default)s: all; the SWE curation uses 0.1)",
+    )
+    p.add_argument(
+        "--solved-threshold",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="a rollout is solved when its reward is >= R (default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the keep-unsolved draw (default %(default)s)")
     _add_rollout_options(p)
-    p.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
-                   help="output folder (outcomes.jsonl, kept.jsonl, histogram.txt, ...); rerun to resume")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT_DIR",
+        help="output folder (outcomes.jsonl, kept.jsonl, histogram.txt, ...); rerun to resume",
+    )
     p.add_argument("--force", action="store_true", help="start over in an OUT_DIR made with other arguments")
     p.set_defaults(fn=cmd_filter)
 
-    p = sub.add_parser("build-image", help="build a docker image offline: sandbox, swe-base, or the SWE tasks' images")
-    p.add_argument("kind", choices=("sandbox", "swe-base", "swe"),
-                   help="sandbox: cascade-sandbox:bookworm (python3, g++); swe-base: cascade-swe-base:bookworm "
-                        "(python3, pytest, patch, git); swe: one image per task row without an image (swe-base + "
-                        "the repository at its workdir + its install_cmd)")
+    p = sub.add_parser(
+        "build-image", help="build a docker image offline: sandbox, swe-base, or the SWE tasks' images"
+    )
+    p.add_argument(
+        "kind",
+        choices=("sandbox", "swe-base", "swe"),
+        help="sandbox: cascade-sandbox:bookworm (python3, g++); swe-base: cascade-swe-base:bookworm "
+        "(python3, pytest, patch, git); swe: one image per task row without an image (swe-base + "
+        "the repository at its workdir + its install_cmd)",
+    )
     p.add_argument("--tasks", metavar="PATH", help="swe: the task rows (default bundled:swe/tasks.jsonl)")
-    p.add_argument("--base", default="cascade-swe-base:bookworm", metavar="IMAGE",
-                   help="swe: the image the per-instance images start from (default %(default)s, built if missing)")
-    p.add_argument("--mirror", metavar="URL", help="Debian mirror for mmdebstrap (default http://deb.debian.org/debian)")
-    p.add_argument("--cache", metavar="DIR", help="where root file system tarballs are kept (default "
-                   "$CASCADE_ENVS_IMAGE_CACHE or ~/.cache/cascade-envs/images)")
-    p.add_argument("--rebuild", action="store_true", help="run mmdebstrap again even when a tarball is cached")
-    p.add_argument("--docker-host", metavar="URL", help="the daemon (default $DOCKER_HOST or the local socket)")
+    p.add_argument(
+        "--base",
+        default="cascade-swe-base:bookworm",
+        metavar="IMAGE",
+        help="swe: the image the per-instance images start from (default %(default)s, built if missing)",
+    )
+    p.add_argument(
+        "--mirror", metavar="URL", help="Debian mirror for mmdebstrap (default http://deb.debian.org/debian)"
+    )
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="where root file system tarballs are kept (default "
+        "$CASCADE_ENVS_IMAGE_CACHE or ~/.cache/cascade-envs/images)",
+    )
+    p.add_argument(
+        "--rebuild", action="store_true", help="run mmdebstrap again even when a tarball is cached"
+    )
+    p.add_argument(
+        "--docker-host", metavar="URL", help="the daemon (default $DOCKER_HOST or the local socket)"
+    )
     p.set_defaults(fn=cmd_build_image)
     return parser
 

@@ -199,7 +199,11 @@ class TaskSource(Sequence[Loaded[TaskT]]):
                 errors.append(f"{name}:{line}" + (f" (id {rid})" if rid is not None else "") + f": {error}")
         if errors:
             shown = "\n  ".join(errors[:MAX_REPORTED_ERRORS])
-            more = f"\n  ... and {len(errors) - MAX_REPORTED_ERRORS} more" if len(errors) > MAX_REPORTED_ERRORS else ""
+            more = (
+                f"\n  ... and {len(errors) - MAX_REPORTED_ERRORS} more"
+                if len(errors) > MAX_REPORTED_ERRORS
+                else ""
+            )
             message = f"{len(errors)} malformed row(s):\n  {shown}{more}"
             if on_error != "skip":
                 raise DataError(message)

@@ -99,7 +99,9 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
             self.max_episode_tokens = int(max_episode_tokens)
         self.system_prompt = system_prompt
         source = tasks if tasks is not None else self.default_tasks
-        self.tasks: TaskSource[TaskT] | None = None if source is None else load_tasks(source, self.load, on_bad_rows)
+        self.tasks: TaskSource[TaskT] | None = (
+            None if source is None else load_tasks(source, self.load, on_bad_rows)
+        )
         self.episode: Episode[TaskT] | None = None
         """The episode the gymnasium methods (``reset``/``step``) are playing."""
 
@@ -118,8 +120,10 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
         field) after ``system_prompt``, with the tools it announces in the system prompt."""
         prompt = task if isinstance(task, Prompt) else getattr(task, "prompt", None)
         if not isinstance(prompt, Prompt):
-            raise TypeError(f"a {type(task).__name__} has no 'prompt: Prompt' field: give it one or override "
-                            f"{type(self).__name__}.prompt()")
+            raise TypeError(
+                f"a {type(task).__name__} has no 'prompt: Prompt' field: give it one or override "
+                f"{type(self).__name__}.prompt()"
+            )
         messages = list(map(dict, prompt.messages))
         if self.system_prompt and not (messages and messages[0]["role"] == "system"):
             messages.insert(0, {"role": "system", "content": self.system_prompt})
@@ -143,7 +147,9 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
         """Score one episode's final answer; stateful envs override it to read ``episode.state``."""
         return await self.ascore(episode.task, answer)
 
-    async def ascore_group(self, task: TaskT, answers: list[str], episodes: list[Episode[TaskT]]) -> list[Reward]:
+    async def ascore_group(
+        self, task: TaskT, answers: list[str], episodes: list[Episode[TaskT]]
+    ) -> list[Reward]:
         """Score the final answers of one group together (envs with ``scores_groups = True``).
 
         ``answers[i]`` is ``episodes[i]``'s final answer with the reasoning split off, or ``""`` when
@@ -178,9 +184,13 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
     async def astart(self, loaded: Loaded[TaskT]) -> Episode[TaskT]:
         """Begin an episode of a loaded task (an item of ``tasks``, or ``load(row)``); nothing is loaded again."""
         if not isinstance(loaded, Loaded):
-            raise TypeError(f"astart takes a Loaded task (env.load(row) or an item of env.tasks), "
-                            f"got {type(loaded).__name__}")
-        episode = Episode(loaded.task, loaded.task_id, self.prompt(loaded.task), self.thinking, self.max_turns)
+            raise TypeError(
+                f"astart takes a Loaded task (env.load(row) or an item of env.tasks), "
+                f"got {type(loaded).__name__}"
+            )
+        episode = Episode(
+            loaded.task, loaded.task_id, self.prompt(loaded.task), self.thinking, self.max_turns
+        )
         if type(self).on_reset is not Env.on_reset:
             await self.on_reset(episode)
         return episode
@@ -213,7 +223,9 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
         try:
             episode.outcome = await self.atruncation_reward(episode, reason)
         except Exception as exc:
-            episode.outcome = Reward.failed(f"{type(self).__name__} truncation rule raised {type(exc).__name__}: {exc}")
+            episode.outcome = Reward.failed(
+                f"{type(self).__name__} truncation rule raised {type(exc).__name__}: {exc}"
+            )
 
     async def aend(self, episode: Episode) -> None:
         """Release the episode's state (``on_end``); an error here never changes its reward."""
@@ -222,7 +234,13 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
         try:
             await self.on_end(episode)
         except Exception as exc:
-            log.warning("%s.on_end failed for task %s: %s: %s", type(self).__name__, episode.task_id, type(exc).__name__, exc)
+            log.warning(
+                "%s.on_end failed for task %s: %s: %s",
+                type(self).__name__,
+                episode.task_id,
+                type(exc).__name__,
+                exc,
+            )
 
     # ----- scoring: one path --------------------------------------------------------------------
 
@@ -287,19 +305,28 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
     ) -> list[Reward]:
         name = type(self).__name__
         try:
-            rewards = await self.ascore_group(task, [a for _, a in pending], [episodes[i] for i, _ in pending])
+            rewards = await self.ascore_group(
+                task, [a for _, a in pending], [episodes[i] for i, _ in pending]
+            )
         except Exception as exc:
             return [Reward.failed(f"{name} group scorer raised {type(exc).__name__}: {exc}")] * len(pending)
         if not isinstance(rewards, list) or len(rewards) != len(pending):
             got = len(rewards) if isinstance(rewards, list) else type(rewards).__name__
-            return [Reward.failed(f"{name}.ascore_group returned {got} rewards for {len(pending)} answers")] * len(pending)
-        return [r if isinstance(r, Reward) else Reward.failed(f"{name}.ascore_group returned a non-Reward") for r in rewards]
+            return [
+                Reward.failed(f"{name}.ascore_group returned {got} rewards for {len(pending)} answers")
+            ] * len(pending)
+        return [
+            r if isinstance(r, Reward) else Reward.failed(f"{name}.ascore_group returned a non-Reward")
+            for r in rewards
+        ]
 
     async def areward(self, task: Row | Loaded[TaskT], completion: str | Completion) -> Reward:
         """Score one single-turn response to ``task`` (a row or a ``Loaded``) through the scoring path."""
         return (await self.ascore_responses(task, [completion]))[0]
 
-    async def ascore_responses(self, task: Row | Loaded[TaskT], responses: Sequence[str | Completion]) -> list[Reward]:
+    async def ascore_responses(
+        self, task: Row | Loaded[TaskT], responses: Sequence[str | Completion]
+    ) -> list[Reward]:
         """Score G single-turn responses to one task (a row, loaded once, or a ``Loaded``) as a group."""
         loaded = self.load(task)
         episodes = []
@@ -335,7 +362,9 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
         info = {"task_id": episode.task_id, "thinking": episode.thinking, "max_turns": episode.max_turns}
         return list(episode.messages), info
 
-    async def astep(self, action: str | Completion) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+    async def astep(
+        self, action: str | Completion
+    ) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         episode = self.episode
         if episode is None or episode.done:
             raise RuntimeError("step() called before reset() or after the episode ended")

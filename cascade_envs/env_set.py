@@ -19,8 +19,12 @@ from .registry import make
 class EnvSet(Mapping[str, Env[Any]]):
     """One env instance per id: made on first use with ``env_kwargs[env_id]``, closed together."""
 
-    def __init__(self, env_kwargs: Mapping[str, Mapping[str, Any]] | None = None, *,
-                 borrowed: Mapping[str, Env[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        borrowed: Mapping[str, Env[Any]] | None = None,
+    ) -> None:
         self.env_kwargs = {env_id: dict(kwargs) for env_id, kwargs in (env_kwargs or {}).items()}
         self._envs: dict[str, Env[Any]] = dict(borrowed or {})
         self._borrowed = set(self._envs)
@@ -31,7 +35,9 @@ class EnvSet(Mapping[str, Env[Any]]):
         if env is None:
             made = make(env_id, **self.env_kwargs.get(env_id, {}))
             if not isinstance(made, Env):
-                raise TypeError(f"{env_id} is a {type(made).__name__}, not a cascade_envs.Env: it cannot be played")
+                raise TypeError(
+                    f"{env_id} is a {type(made).__name__}, not a cascade_envs.Env: it cannot be played"
+                )
             self._envs[env_id] = env = made
         return env
 

@@ -44,7 +44,17 @@ from .policy import Policy, SamplingParams
 OUTCOMES = ("kept", "dropped_solved", "dropped_unsolved", "incomplete", "bad_row")
 CONFIG_FILE, OUTCOMES_FILE, ROLLOUTS_FILE = "filter.json", "outcomes.jsonl", "rollouts.jsonl"
 HISTOGRAM_FILE, SUMMARY_FILE = "histogram.txt", "summary.json"
-COMPARED = ("env", "env_kwargs", "tasks_sha256", "k", "solved_threshold", "keep_unsolved", "seed", "policy", "sampling")
+COMPARED = (
+    "env",
+    "env_kwargs",
+    "tasks_sha256",
+    "k",
+    "solved_threshold",
+    "keep_unsolved",
+    "seed",
+    "policy",
+    "sampling",
+)
 """The arguments a resumed run must share with the run that made the folder."""
 MAX_REASONS, MAX_REASON_CHARS = 3, 300
 
@@ -67,7 +77,10 @@ class FilterSettings:
             raise FilterError(f"k must be a positive integer, got {self.k!r}")
         if not isinstance(self.keep_unsolved, (int, float)) or not 0.0 <= self.keep_unsolved <= 1.0:
             raise FilterError(f"keep_unsolved must be a fraction in [0, 1], got {self.keep_unsolved!r}")
-        if not isinstance(self.solved_threshold, (int, float)) or self.solved_threshold != self.solved_threshold:
+        if (
+            not isinstance(self.solved_threshold, (int, float))
+            or self.solved_threshold != self.solved_threshold
+        ):
             raise FilterError(f"solved_threshold must be a number, got {self.solved_threshold!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise FilterError(f"seed must be an integer, got {self.seed!r}")
@@ -100,14 +113,19 @@ class Outcome:
         return {**asdict(self), "pass_rate": None if rate is None else round(rate, 6)}
 
 
-def decide(row: int, identity: str, row_id: str | None, rewards: Sequence[Reward], settings: FilterSettings) -> Outcome:
+def decide(
+    row: int, identity: str, row_id: str | None, rewards: Sequence[Reward], settings: FilterSettings
+) -> Outcome:
     """The outcome of a prompt from the rewards of its rollouts."""
     scored = [r for r in rewards if not r.masked]
     solved = sum(r.value >= settings.solved_threshold for r in scored)
     outcome = Outcome(row, row_id, settings.k, len(scored), solved, "kept", [f"solved {solved}/{settings.k}"])
     if len(scored) < settings.k:
-        errors = Counter(" ".join(str(r.error or r.reason or "masked").split())[:MAX_REASON_CHARS]
-                         for r in rewards if r.masked)
+        errors = Counter(
+            " ".join(str(r.error or r.reason or "masked").split())[:MAX_REASON_CHARS]
+            for r in rewards
+            if r.masked
+        )
         outcome.outcome = "incomplete"
         outcome.reasons = [f"{n}x {error}" for error, n in errors.most_common(MAX_REASONS)]
         outcome.reasons.insert(0, f"{len(scored)} of {settings.k} rollouts scored; retried on the next run")
@@ -116,7 +134,9 @@ def decide(row: int, identity: str, row_id: str | None, rewards: Sequence[Reward
     elif solved == 0:
         kept = keeps_unsolved(identity, settings)
         outcome.outcome = "kept" if kept else "dropped_unsolved"
-        outcome.reasons[0] += f"; {'kept' if kept else 'dropped'} by the seeded draw (keep_unsolved={settings.keep_unsolved:g})"
+        outcome.reasons[0] += (
+            f"; {'kept' if kept else 'dropped'} by the seeded draw (keep_unsolved={settings.keep_unsolved:g})"
+        )
     return outcome
 
 
@@ -156,9 +176,15 @@ class FilterSummary:
         return self.counts["incomplete"] == 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prompts": sum(self.counts.values()), **self.counts, "played_this_run": self.played,
-                "histogram": {f"{s}/{len(self.histogram) - 1}": n for s, n in enumerate(self.histogram)},
-                "kept_rows": str(self.kept_path), "out_dir": str(self.out_dir), "elapsed_s": round(self.elapsed_s, 2)}
+        return {
+            "prompts": sum(self.counts.values()),
+            **self.counts,
+            "played_this_run": self.played,
+            "histogram": {f"{s}/{len(self.histogram) - 1}": n for s, n in enumerate(self.histogram)},
+            "kept_rows": str(self.kept_path),
+            "out_dir": str(self.out_dir),
+            "elapsed_s": round(self.elapsed_s, 2),
+        }
 
 
 class FilterJob:
@@ -169,9 +195,17 @@ class FilterJob:
     the outputs. ``policy_id`` names the policy in ``filter.json`` (a different one is refused).
     """
 
-    def __init__(self, env_id: str, tasks: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-                 settings: FilterSettings | None = None, *, env_kwargs: dict[str, Any] | None = None,
-                 sampling: SamplingParams | None = None, policy_id: str | None = None):
+    def __init__(
+        self,
+        env_id: str,
+        tasks: str | os.PathLike[str],
+        out_dir: str | os.PathLike[str],
+        settings: FilterSettings | None = None,
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+        sampling: SamplingParams | None = None,
+        policy_id: str | None = None,
+    ):
         self.env_id, self.tasks, self.out_dir = env_id, os.fspath(tasks), Path(out_dir)
         self.settings = settings or FilterSettings()
         self.env_kwargs = dict(env_kwargs or {})
@@ -179,7 +213,9 @@ class FilterJob:
             raise FilterError("env_kwargs: 'tasks' is not allowed here; the task file is the tasks argument")
         self.sampling = sampling or SamplingParams()
         if self.sampling.seed is not None:
-            raise FilterError("sampling.seed must be None: a shared seed makes the k rollouts of a prompt identical")
+            raise FilterError(
+                "sampling.seed must be None: a shared seed makes the k rollouts of a prompt identical"
+            )
         self.policy_id = policy_id
         self.path = resolve_path(self.tasks)
         self.done: dict[int, Outcome] = {}
@@ -187,33 +223,56 @@ class FilterJob:
 
     def config(self) -> dict[str, Any]:
         s = self.sampling
-        return {"env": self.env_id, "env_kwargs": self.env_kwargs, "tasks": self.tasks,
-                "tasks_sha256": _sha256(self.path), **asdict(self.settings), "policy": self.policy_id,
-                "sampling": {"max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p}}
+        return {
+            "env": self.env_id,
+            "env_kwargs": self.env_kwargs,
+            "tasks": self.tasks,
+            "tasks_sha256": _sha256(self.path),
+            **asdict(self.settings),
+            "policy": self.policy_id,
+            "sampling": {"max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p},
+        }
 
     def open(self, force: bool = False) -> FilterJob:
         """Check ``out_dir`` against these arguments (``force``: start over) and list the pending rows."""
         config = json.loads(json.dumps(self.config(), default=str))
         saved_path = self.out_dir / CONFIG_FILE
-        outputs = [self.out_dir / n for n in (CONFIG_FILE, OUTCOMES_FILE, ROLLOUTS_FILE, HISTOGRAM_FILE, SUMMARY_FILE)]
+        outputs = [
+            self.out_dir / n
+            for n in (CONFIG_FILE, OUTCOMES_FILE, ROLLOUTS_FILE, HISTOGRAM_FILE, SUMMARY_FILE)
+        ]
         if force:
             for path in [*outputs, self._kept_path()]:
                 path.unlink(missing_ok=True)
         elif saved_path.exists() or (self.out_dir / OUTCOMES_FILE).exists():
             saved = _read_json(saved_path)
-            changed = [f"{key}: {saved.get(key)!r} -> {config[key]!r}" for key in COMPARED if saved.get(key) != config[key]]
+            changed = [
+                f"{key}: {saved.get(key)!r} -> {config[key]!r}"
+                for key in COMPARED
+                if saved.get(key) != config[key]
+            ]
             if changed:
-                raise FilterError(f"{self.out_dir} was made with other arguments ({'; '.join(changed)}); "
-                                  "use another output folder, or --force to start over")
+                raise FilterError(
+                    f"{self.out_dir} was made with other arguments ({'; '.join(changed)}); "
+                    "use another output folder, or --force to start over"
+                )
         self.out_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(saved_path, json.dumps(config, indent=2) + "\n")
-        self.done = {o.row: o for o in _read_outcomes(self.out_dir / OUTCOMES_FILE) if o.outcome != "incomplete"}
+        self.done = {
+            o.row: o for o in _read_outcomes(self.out_dir / OUTCOMES_FILE) if o.outcome != "incomplete"
+        }
         self._rewrite_outcomes()  # drops incomplete lines and any line a kill cut short
         self.pending = [(line, row) for line, row in read_rows(self.path) if line not in self.done]
         return self
 
-    async def arun(self, policy: Policy, *, concurrency: int = DEFAULT_CONCURRENCY,
-                   episode_timeout_s: float | None = None, progress: bool = False) -> FilterSummary:
+    async def arun(
+        self,
+        policy: Policy,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        episode_timeout_s: float | None = None,
+        progress: bool = False,
+    ) -> FilterSummary:
         """Play every pending row ``k`` times, record each outcome as it is decided, then write the outputs."""
         from .registry import make
         from .rollout.runner import RolloutRunner, _progress_bar
@@ -223,13 +282,23 @@ class FilterJob:
         if self.pending:
             env = make(self.env_id, **{**self.env_kwargs, "tasks": []})
             if not isinstance(env, Env):
-                raise FilterError(f"{self.env_id} is a {type(env).__name__}, not a cascade_envs.Env: it cannot be played")
-            runner = RolloutRunner(policy, sampling=self.sampling, group_size=self.settings.k,
-                                   concurrency=concurrency, envs={self.env_id: env}, episode_timeout_s=episode_timeout_s)
+                raise FilterError(
+                    f"{self.env_id} is a {type(env).__name__}, not a cascade_envs.Env: it cannot be played"
+                )
+            runner = RolloutRunner(
+                policy,
+                sampling=self.sampling,
+                group_size=self.settings.k,
+                concurrency=concurrency,
+                envs={self.env_id: env},
+                episode_timeout_s=episode_timeout_s,
+            )
             bar = _progress_bar(len(self.pending), progress)
             queue = iter(self.pending)
-            with (self.out_dir / OUTCOMES_FILE).open("a", encoding="utf-8") as outcomes, \
-                    (self.out_dir / ROLLOUTS_FILE).open("a", encoding="utf-8") as rollouts:
+            with (
+                (self.out_dir / OUTCOMES_FILE).open("a", encoding="utf-8") as outcomes,
+                (self.out_dir / ROLLOUTS_FILE).open("a", encoding="utf-8") as rollouts,
+            ):
 
                 async def worker() -> None:
                     nonlocal played
@@ -242,7 +311,9 @@ class FilterJob:
                             self.done[line] = outcome
                         bar.update(1)
 
-                workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency // self.settings.k))]
+                workers = [
+                    asyncio.ensure_future(worker()) for _ in range(max(1, concurrency // self.settings.k))
+                ]
                 try:
                     await asyncio.gather(*workers)
                 finally:  # one worker's failure (or an interrupt) stops the others before the env closes
@@ -263,8 +334,11 @@ class FilterJob:
         if loaded is None:
             return Outcome(line, rid, self.settings.k, 0, 0, "bad_row", [f"{self.tasks}:{line}: {error}"])
         (group,) = await runner.arun([(self.env_id, loaded)])
-        rollouts.write("".join(json.dumps({"row": line, **e.to_dict()}, ensure_ascii=False) + "\n"
-                               for e in group.episodes))
+        rollouts.write(
+            "".join(
+                json.dumps({"row": line, **e.to_dict()}, ensure_ascii=False) + "\n" for e in group.episodes
+            )
+        )
         rollouts.flush()
         return decide(line, task_id(row), rid, [e.reward for e in group.episodes], self.settings)
 
@@ -276,8 +350,14 @@ class FilterJob:
         counts = Counter(o.outcome for o in [*finished, *incomplete])
         kept_path = self._kept_path()
         _write_kept(self.path, kept_path, {o.row for o in finished if o.outcome == "kept"})
-        summary = FilterSummary(self.out_dir, {name: counts.get(name, 0) for name in OUTCOMES},
-                                histogram(finished, self.settings.k), kept_path, played, elapsed_s)
+        summary = FilterSummary(
+            self.out_dir,
+            {name: counts.get(name, 0) for name in OUTCOMES},
+            histogram(finished, self.settings.k),
+            kept_path,
+            played,
+            elapsed_s,
+        )
         _write_atomic(self.out_dir / HISTOGRAM_FILE, format_histogram(summary.histogram) + "\n")
         _write_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
         return summary
@@ -294,11 +374,23 @@ class FilterJob:
         return self.out_dir / ("kept.parquet" if self.path.suffix == ".parquet" else "kept.jsonl")
 
 
-def filter_tasks(policy: Policy, env_id: str, tasks: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-                 settings: FilterSettings | None = None, *, force: bool = False, env_kwargs: dict[str, Any] | None = None,
-                 sampling: SamplingParams | None = None, policy_id: str | None = None, **run_kwargs: Any) -> FilterSummary:
+def filter_tasks(
+    policy: Policy,
+    env_id: str,
+    tasks: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    settings: FilterSettings | None = None,
+    *,
+    force: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
+    sampling: SamplingParams | None = None,
+    policy_id: str | None = None,
+    **run_kwargs: Any,
+) -> FilterSummary:
     """Filter ``tasks`` in one call (sync); ``run_kwargs`` go to ``FilterJob.arun``."""
-    job = FilterJob(env_id, tasks, out_dir, settings, env_kwargs=env_kwargs, sampling=sampling, policy_id=policy_id)
+    job = FilterJob(
+        env_id, tasks, out_dir, settings, env_kwargs=env_kwargs, sampling=sampling, policy_id=policy_id
+    )
     return job.open(force).run(policy, **run_kwargs)
 
 
@@ -310,7 +402,9 @@ def _read_outcomes(path: Path) -> list[Outcome]:
     for text in path.read_text(encoding="utf-8").splitlines():
         try:
             data = json.loads(text)
-            found.append(Outcome(**{k: data[k] for k in ("row", "id", "k", "scored", "solved", "outcome", "reasons")}))
+            found.append(
+                Outcome(**{k: data[k] for k in ("row", "id", "k", "scored", "solved", "outcome", "reasons")})
+            )
         except (json.JSONDecodeError, KeyError, TypeError):
             continue
     return found
@@ -345,7 +439,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise FilterError(f"{path} is missing or unreadable ({exc}); use another output folder, or --force") from None
+        raise FilterError(
+            f"{path} is missing or unreadable ({exc}); use another output folder, or --force"
+        ) from None
     return data if isinstance(data, dict) else {}
 
 

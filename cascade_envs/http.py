@@ -57,8 +57,16 @@ class HTTPRequestError(CascadeError):
     error or a deadline); ``problem`` says what went wrong last; ``attempts`` how often it was tried.
     """
 
-    def __init__(self, method: str, url: str, problem: str, *, attempts: int, status: int | None = None,
-                 body: str | None = None):
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        problem: str,
+        *,
+        attempts: int,
+        status: int | None = None,
+        body: str | None = None,
+    ):
         self.method, self.url, self.problem, self.attempts = method, url, problem, attempts
         self.status, self.body = status, body
         plural = "" if attempts == 1 else "s"
@@ -68,8 +76,16 @@ class HTTPRequestError(CascadeError):
 class _Retry(Exception):
     """An attempt that failed in a way worth retrying."""
 
-    def __init__(self, reason: str, problem: str, *, status: int | None = None, body: str | None = None,
-                 retry_after: float | None = None, down: bool = False):
+    def __init__(
+        self,
+        reason: str,
+        problem: str,
+        *,
+        status: int | None = None,
+        body: str | None = None,
+        retry_after: float | None = None,
+        down: bool = False,
+    ):
         super().__init__(problem)
         self.reason, self.problem, self.status, self.body = reason, problem, status, body
         self.retry_after, self.down = retry_after, down
@@ -106,8 +122,14 @@ class RetryingClient:
         self.base_urls = [u.strip().rstrip("/") for u in urls]
         if not self.base_urls or (len(self.base_urls) > 1 and not all(self.base_urls)):
             raise ValueError(f"RetryingClient: bad base_url {base_url!r}")
-        if max_retries < 0 or concurrency < 1 or (per_url_concurrency is not None and per_url_concurrency < 1):
-            raise ValueError("RetryingClient: max_retries must be >= 0 and concurrency and per_url_concurrency >= 1")
+        if (
+            max_retries < 0
+            or concurrency < 1
+            or (per_url_concurrency is not None and per_url_concurrency < 1)
+        ):
+            raise ValueError(
+                "RetryingClient: max_retries must be >= 0 and concurrency and per_url_concurrency >= 1"
+            )
         if per_url_concurrency is not None:  # a free slot then always has a server below its limit
             concurrency = min(concurrency, per_url_concurrency * len(self.base_urls))
         self.headers = dict(headers or {})
@@ -135,7 +157,9 @@ class RetryingClient:
             self._client = httpx.AsyncClient(
                 headers=self.headers,
                 timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
-                limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
+                limits=httpx.Limits(
+                    max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+                ),
             )
         return self._client
 
@@ -152,9 +176,15 @@ class RetryingClient:
             return 0
         now = time.monotonic()
         limit = self.per_url_concurrency
-        return min(range(len(self.base_urls)),
-                   key=lambda i: (limit is not None and self._in_flight[i] >= limit, self._down_until[i] > now,
-                                  self._in_flight[i], random.random()))
+        return min(
+            range(len(self.base_urls)),
+            key=lambda i: (
+                limit is not None and self._in_flight[i] >= limit,
+                self._down_until[i] > now,
+                self._in_flight[i],
+                random.random(),
+            ),
+        )
 
     def _delay(self, retry: int, retry_after: float | None) -> float:
         delay = min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1)) * (0.5 + random.random())
@@ -198,13 +228,20 @@ class RetryingClient:
                 counted += 1  # back-pressure under a budget does not use up max_retries
             if counted > self.max_retries:
                 self._fail(retry.reason)
-                raise HTTPRequestError(method, url, retry.problem, attempts=attempts, status=retry.status,
-                                       body=retry.body)
+                raise HTTPRequestError(
+                    method, url, retry.problem, attempts=attempts, status=retry.status, body=retry.body
+                )
             delay = self._delay(attempts, retry.retry_after)
             if self.retry_budget_s is not None and time.monotonic() + delay - started >= self.retry_budget_s:
                 self._fail("budget")
-                raise HTTPRequestError(method, url, f"{retry.problem}; retry budget of {self.retry_budget_s:g} s spent",
-                                       attempts=attempts, status=retry.status, body=retry.body)
+                raise HTTPRequestError(
+                    method,
+                    url,
+                    f"{retry.problem}; retry budget of {self.retry_budget_s:g} s spent",
+                    attempts=attempts,
+                    status=retry.status,
+                    body=retry.body,
+                )
             self.stats["retries"] += 1
             self.stats[f"retry.{retry.reason}"] += 1
             await asyncio.sleep(delay)
@@ -214,27 +251,43 @@ class RetryingClient:
             async with asyncio.timeout(self.deadline_s):
                 response = await self._http().request(method, url, json=body)
         except httpx.TimeoutException as exc:
-            raise _Retry("timeout", f"timed out ({type(exc).__name__})",
-                         down=isinstance(exc, httpx.ConnectTimeout)) from None
+            raise _Retry(
+                "timeout", f"timed out ({type(exc).__name__})", down=isinstance(exc, httpx.ConnectTimeout)
+            ) from None
         except httpx.TransportError as exc:
-            raise _Retry("transport", f"connection failed ({type(exc).__name__}: {exc})",
-                         down=isinstance(exc, httpx.ConnectError)) from None
+            raise _Retry(
+                "transport",
+                f"connection failed ({type(exc).__name__}: {exc})",
+                down=isinstance(exc, httpx.ConnectError),
+            ) from None
         except TimeoutError:
-            raise _Retry("deadline", f"no complete answer within the deadline of {self.deadline_s:g} s") from None
+            raise _Retry(
+                "deadline", f"no complete answer within the deadline of {self.deadline_s:g} s"
+            ) from None
         status = response.status_code
         if status in self.retry_statuses:
             text = response.text[:MAX_ERROR_BODY]
-            raise _Retry(f"status_{status}", f"HTTP {status}: {text[:200]}", status=status, body=text,
-                         retry_after=_retry_after(response))
+            raise _Retry(
+                f"status_{status}",
+                f"HTTP {status}: {text[:200]}",
+                status=status,
+                body=text,
+                retry_after=_retry_after(response),
+            )
         if not 200 <= status < 300:
             text = response.text[:MAX_ERROR_BODY]
-            raise HTTPRequestError(method, url, f"HTTP {status}: {text[:300]}", attempts=attempts, status=status,
-                                   body=text)
+            raise HTTPRequestError(
+                method, url, f"HTTP {status}: {text[:300]}", attempts=attempts, status=status, body=text
+            )
         try:
             return response.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _Retry("malformed_json", f"malformed JSON in the answer: {response.text[:200]!r}",
-                         status=status, body=response.text[:MAX_ERROR_BODY]) from None
+            raise _Retry(
+                "malformed_json",
+                f"malformed JSON in the answer: {response.text[:200]!r}",
+                status=status,
+                body=response.text[:MAX_ERROR_BODY],
+            ) from None
 
     def _fail(self, reason: str) -> None:
         self.stats["failures"] += 1
@@ -248,8 +301,10 @@ class RetryingClient:
             parts = [f"{k.removeprefix(prefix)} {v}" for k, v in sorted(s.items()) if k.startswith(prefix)]
             return f" ({', '.join(parts)})" if parts else ""
 
-        return (f"{s['requests']} requests, {s['retries']} retries{by('retry.')}, "
-                f"{s['failures']} failures{by('failure.')}")
+        return (
+            f"{s['requests']} requests, {s['retries']} retries{by('retry.')}, "
+            f"{s['failures']} failures{by('failure.')}"
+        )
 
     async def aclose(self) -> None:
         client, self._client = self._client, None

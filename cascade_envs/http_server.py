@@ -71,7 +71,12 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_body_mb", "idle_timeout_s", "request_timeout_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+            ):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
 
     @property
@@ -83,8 +88,9 @@ class Limits:
 async def serve(handler: Handler, host: str, port: int, limits: Limits | None = None) -> asyncio.Server:
     """Start serving ``handler`` on ``host:port`` (0: a free port) and return the listening server."""
     limits = limits or Limits()
-    return await asyncio.start_server(lambda r, w: _serve_connection(handler, r, w, limits), host, port,
-                                      limit=READ_BUFFER)
+    return await asyncio.start_server(
+        lambda r, w: _serve_connection(handler, r, w, limits), host, port, limit=READ_BUFFER
+    )
 
 
 def _content_length(request: h11.Request) -> int | None:
@@ -110,8 +116,9 @@ async def _call(handler: Handler, request: h11.Request, body: bytes) -> tuple[in
         return _error(500, f"{type(exc).__name__}: {exc}")
 
 
-async def _serve_connection(handler: Handler, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            limits: Limits) -> None:
+async def _serve_connection(
+    handler: Handler, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limits: Limits
+) -> None:
     """Serve one connection's requests in turn until it closes, idles out or errs."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
     loop = asyncio.get_running_loop()
@@ -167,22 +174,28 @@ async def _serve_connection(handler: Handler, reader: asyncio.StreamReader, writ
             conn.start_next_cycle()
     except h11.RemoteProtocolError as exc:  # malformed HTTP: answer if h11 still lets us, then close
         with contextlib.suppress(Exception):
-            await _respond(conn, writer, *_error(exc.error_status_hint, f"bad HTTP request: {exc}"), close=True)
+            await _respond(
+                conn, writer, *_error(exc.error_status_hint, f"bad HTTP request: {exc}"), close=True
+            )
     except (ConnectionError, asyncio.CancelledError):
         return  # a broken client, or the server shutting down
     finally:
         writer.close()
 
 
-async def _respond(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, data: bytes,
-                   close: bool = False) -> None:
+async def _respond(
+    conn: h11.Connection, writer: asyncio.StreamWriter, status: int, data: bytes, close: bool = False
+) -> None:
     headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
     if status in (429, 503):
         headers.append(("retry-after", "1"))
     if close:
         headers.append(("connection", "close"))
-    writer.write(conn.send(h11.Response(status_code=status, headers=headers))
-                 + conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage()))
+    writer.write(
+        conn.send(h11.Response(status_code=status, headers=headers))
+        + conn.send(h11.Data(data=data))
+        + conn.send(h11.EndOfMessage())
+    )
     await writer.drain()
 
 

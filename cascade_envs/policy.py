@@ -51,7 +51,8 @@ class SamplingParams:
             raise PolicyError(f"sampling.seed must be an int or None, got {self.seed!r}")
         stop = self.stop
         if stop is not None and not (
-            isinstance(stop, str) or (isinstance(stop, (list, tuple)) and all(isinstance(s, str) for s in stop))
+            isinstance(stop, str)
+            or (isinstance(stop, (list, tuple)) and all(isinstance(s, str) for s in stop))
         ):
             raise PolicyError(f"sampling.stop must be a list of strings, got {stop!r}")
 

@@ -26,8 +26,16 @@ INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
 """Unicode categories that show nothing: controls, format characters (zero-width spaces and joiners,
 BOM, direction marks, soft hyphen, tags), lone surrogates, and space, line and paragraph separators."""
 _BLANK_RANGES = (
-    (0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2065, 0x2065),
-    (0x2800, 0x2800), (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8),
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x2065, 0x2065),
+    (0x2800, 0x2800),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
     (0xE0000, 0xE0FFF),
 )
 _BLANK = frozenset(chr(code) for first, last in _BLANK_RANGES for code in range(first, last + 1))

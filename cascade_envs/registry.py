@@ -79,8 +79,9 @@ class Registry(Generic[T]):
     ``note()``, when given, is appended to "unknown id" errors (e.g. which plugins failed to load).
     """
 
-    def __init__(self, kind: str, loader: Callable[[], None] | None = None, *,
-                 note: Callable[[], str] | None = None):
+    def __init__(
+        self, kind: str, loader: Callable[[], None] | None = None, *, note: Callable[[], str] | None = None
+    ):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._loader = loader
@@ -188,7 +189,9 @@ def make(env_id: str, **kwargs: Any) -> Any:
     env_spec = spec(env_id)
     env = env_spec.make(**kwargs)
     if not isinstance(env, gymnasium.Env):
-        where = f"plugin {env_spec.plugin!r}" + (f" ({env_spec.distribution} {env_spec.version})" if env_spec.distribution else "")
+        where = f"plugin {env_spec.plugin!r}" + (
+            f" ({env_spec.distribution} {env_spec.version})" if env_spec.distribution else ""
+        )
         raise CascadeError(
             f"{env_id}: entry point {env_spec.entry_point!r} of {where} made a {type(env).__name__}, not an "
             "environment; an env entry point must name a gymnasium.Env subclass (cascade_envs.Env to be rolled out)"

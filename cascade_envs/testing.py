@@ -46,8 +46,15 @@ from .core import Completion, Message, Reward, Row, TaskError
 from .env import Env, run_sync
 from .policy import SamplingParams
 
-__all__ = ["MALFORMED_ANSWERS", "ConformanceError", "JudgeCall", "PolicyCall", "ScriptedJudge", "ScriptedPolicy",
-           "check_env"]
+__all__ = [
+    "MALFORMED_ANSWERS",
+    "ConformanceError",
+    "JudgeCall",
+    "PolicyCall",
+    "ScriptedJudge",
+    "ScriptedPolicy",
+    "check_env",
+]
 
 T = TypeVar("T")
 Reply = str | Completion
@@ -91,9 +98,17 @@ class Case:
 
     def check(self, env: str | Env, time_limit_s: float = 60.0) -> None:
         """``check_env(env, ...)`` with this case's arguments."""
-        check_env(env, self.good_row, self.good_answer, bad_answer=self.bad_answer, bad_rows=self.bad_rows,
-                  setup_turns=self.setup_turns, env_kwargs=dict(self.env_kwargs), other_kwargs=self.other_kwargs,
-                  time_limit_s=time_limit_s)
+        check_env(
+            env,
+            self.good_row,
+            self.good_answer,
+            bad_answer=self.bad_answer,
+            bad_rows=self.bad_rows,
+            setup_turns=self.setup_turns,
+            env_kwargs=dict(self.env_kwargs),
+            other_kwargs=self.other_kwargs,
+            time_limit_s=time_limit_s,
+        )
 
 
 def conformance_case(env_id: str) -> Case:
@@ -128,8 +143,19 @@ def check_env(
     given name (``None``: any field). ``other_kwargs``: the settings of a second instance (default:
     ``env_kwargs``, when ``env`` is an id; with an instance, a second one is made only from these).
     """
-    run_sync(_check(env, good_row, good_answer, bad_answer, list(bad_rows), list(setup_turns),
-                    env_kwargs or {}, other_kwargs, time_limit_s))
+    run_sync(
+        _check(
+            env,
+            good_row,
+            good_answer,
+            bad_answer,
+            list(bad_rows),
+            list(setup_turns),
+            env_kwargs or {},
+            other_kwargs,
+            time_limit_s,
+        )
+    )
 
 
 async def _check(
@@ -158,16 +184,24 @@ async def _check(
                 _check_own_tasks(env, other, name, good_row)
             finally:
                 await other.aclose()
-        good = await _bounded(_play(env, good_row, setup_turns, good_answer), limit, f"{name}: the good answer")
+        good = await _bounded(
+            _play(env, good_row, setup_turns, good_answer), limit, f"{name}: the good answer"
+        )
         _require(not good.masked and good.value > 0, f"{name}: the good answer scored {_show(good)}")
         _require(good.error is None, f"{name}: an unmasked reward carries an error: {_show(good)}")
         if bad_answer is not None:
-            bad = await _bounded(_play(env, good_row, setup_turns, bad_answer), limit, f"{name}: the bad answer")
+            bad = await _bounded(
+                _play(env, good_row, setup_turns, bad_answer), limit, f"{name}: the bad answer"
+            )
             _require(not bad.masked and bad.value == 0, f"{name}: the bad answer scored {_show(bad)}")
         for label, answer in MALFORMED_ANSWERS.items():
-            reward = await _bounded(_play(env, good_row, setup_turns, answer), limit, f"{name}: a {label} answer")
-            _require(not reward.masked and reward.value == 0,
-                     f"{name}: a {label} answer must score a plain 0, got {_show(reward)}")
+            reward = await _bounded(
+                _play(env, good_row, setup_turns, answer), limit, f"{name}: a {label} answer"
+            )
+            _require(
+                not reward.masked and reward.value == 0,
+                f"{name}: a {label} answer must score a plain 0, got {_show(reward)}",
+            )
         if not setup_turns:
             await _check_group_agrees(env, name, good_row, [good_answer, bad_answer or "", ""], limit)
         await _check_runner(env, name, good_row, setup_turns, good_answer, good.value, limit)
@@ -192,19 +226,29 @@ async def _check_rows(env: Env, name: str, bad_rows: list[tuple[Any, str | None]
         try:
             env.load(row)
         except TaskError as exc:
-            _require(bad is None or exc.field == bad,
-                     f"{name}: a row with a bad {bad!r} raised TaskError about {exc.field!r}: {exc}")
+            _require(
+                bad is None or exc.field == bad,
+                f"{name}: a row with a bad {bad!r} raised TaskError about {exc.field!r}: {exc}",
+            )
             continue
         except Exception as exc:
-            raise ConformanceError(f"{name}: a malformed row raised {type(exc).__name__}, not TaskError: {exc}") from exc
+            raise ConformanceError(
+                f"{name}: a malformed row raised {type(exc).__name__}, not TaskError: {exc}"
+            ) from exc
         raise ConformanceError(f"{name}: the malformed row {str(row)[:80]!r} was accepted")
 
 
 def _check_own_tasks(env: Env, other: Env, name: str, row: Row) -> None:
     """Each instance loads its own tasks: a task shared between instances would carry the settings of
     the instance that loaded it (a process-wide cache once gave ``top_k=0`` the tasks of ``top_k=5``)."""
-    _require(env.tasks is None or env.tasks is not other.tasks, f"{name}: two instances share one task source")
-    shared = [a.task_id for a, b in zip(env.tasks or (), other.tasks or (), strict=False) if a is b or a.task is b.task]
+    _require(
+        env.tasks is None or env.tasks is not other.tasks, f"{name}: two instances share one task source"
+    )
+    shared = [
+        a.task_id
+        for a, b in zip(env.tasks or (), other.tasks or (), strict=False)
+        if a is b or a.task is b.task
+    ]
     shared += ["good_row"] if env.load(row).task is other.load(row).task else []
     _require(not shared, f"{name}: two instances share the tasks {shared[:3]}: each must load its own")
 
@@ -240,8 +284,10 @@ async def _check_group_agrees(env: Env, name: str, row: Row, answers: list[str],
         return
     group = await _bounded(env.ascore_responses(row, answers), limit, f"{name}: group scoring")
     alone = [await _bounded(env.areward(row, a), limit, f"{name}: scoring alone") for a in answers]
-    _require([_key(r) for r in group] == [_key(r) for r in alone],
-             f"{name}: group scoring {[_show(r) for r in group]} differs from per-sample {[_show(r) for r in alone]}")
+    _require(
+        [_key(r) for r in group] == [_key(r) for r in alone],
+        f"{name}: group scoring {[_show(r) for r in group]} differs from per-sample {[_show(r) for r in alone]}",
+    )
 
 
 async def _check_runner(
@@ -254,8 +300,10 @@ async def _check_runner(
     (group,) = await _bounded(runner.arun([("conformance", row)]), limit, f"{name}: a runner episode")
     for episode in group.episodes:
         _require(episode.error is None, f"{name}: the runner's episode failed: {episode.error}")
-        _require(not episode.reward.masked and episode.reward.value == expected,
-                 f"{name}: through the runner the good answer scored {_show(episode.reward)}, alone {expected}")
+        _require(
+            not episode.reward.masked and episode.reward.value == expected,
+            f"{name}: through the runner the good answer scored {_show(episode.reward)}, alone {expected}",
+        )
 
 
 class PolicyCall(NamedTuple):
@@ -284,7 +332,9 @@ class ScriptedPolicy:
         self.calls: list[PolicyCall] = []
         self.closed = False
 
-    async def agenerate(self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True) -> Completion:
+    async def agenerate(
+        self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
+    ) -> Completion:
         self.calls.append(PolicyCall(messages, sampling, thinking))
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -326,8 +376,14 @@ class ScriptedJudge:
         self.calls: list[JudgeCall] = []
         self.closed = False
 
-    async def acomplete(self, messages: list[Message], *, max_tokens: int | None = None,
-                        temperature: float = 0.0, top_p: float = 1.0) -> str:
+    async def acomplete(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+    ) -> str:
         self.calls.append(JudgeCall(messages, max_tokens, temperature, top_p))
         if isinstance(self.script, Exception):
             raise self.script

@@ -77,16 +77,25 @@ class VerifierPool:
         """The worker pool (made on first use; its processes start on its first call)."""
         if self._pool is None:
             self._pool = WorkerPool(
-                None, self.workers, self.timeout_s, self.memory_mb, preload=self.preload, initializer=self.initializer
+                None,
+                self.workers,
+                self.timeout_s,
+                self.memory_mb,
+                preload=self.preload,
+                initializer=self.initializer,
             )
         return self._pool
 
     def check_size(self, answer: str) -> None:
         """Raise ``VerifierLimit`` (kind ``"size"``) when ``answer`` is longer than ``max_chars``."""
         if self.max_chars is not None and len(answer) > self.max_chars:
-            raise VerifierLimit(f"answer has {len(answer)} characters, over the {self.max_chars} checked", "size")
+            raise VerifierLimit(
+                f"answer has {len(answer)} characters, over the {self.max_chars} checked", "size"
+            )
 
-    async def run(self, fn: Callable[..., Any], *args: Any, inline: bool = False, timeout_s: float | None = None) -> Any:
+    async def run(
+        self, fn: Callable[..., Any], *args: Any, inline: bool = False, timeout_s: float | None = None
+    ) -> Any:
         """``fn(*args)`` in a worker (or here when ``inline``); a timeout raises ``VerifierLimit``.
 
         ``fn`` must be an importable top-level function; its arguments and result are pickled.

@@ -133,7 +133,9 @@ class WorkerPool:
         target_name(fn)
         return await self._submit(fn, args, timeout_s)
 
-    async def _submit(self, fn: Callable[..., Any] | None, args: tuple[Any, ...], timeout_s: float | None) -> Any:
+    async def _submit(
+        self, fn: Callable[..., Any] | None, args: tuple[Any, ...], timeout_s: float | None
+    ) -> Any:
         limit = self.timeout_s if timeout_s is None else float(timeout_s)
         if limit <= 0:
             raise ValueError("timeout_s must be positive")
@@ -226,7 +228,9 @@ class WorkerPool:
             dead.kill()
             threading.Thread(target=dead.stop, daemon=True).start()
 
-    def _deliver(self, waiter: asyncio.Future[_Worker | None], worker: _Worker | None, generation: int) -> None:
+    def _deliver(
+        self, waiter: asyncio.Future[_Worker | None], worker: _Worker | None, generation: int
+    ) -> None:
         """A grant from another thread, on the waiter's own loop."""
         if waiter.done():
             self._release(worker, generation)
@@ -280,7 +284,9 @@ class WorkerPool:
                 self._live.remove(worker)
         worker.stop()
 
-    async def _retire(self, worker: _Worker, generation: int, *, reap: bool, release: bool = True) -> int | None:
+    async def _retire(
+        self, worker: _Worker, generation: int, *, reap: bool, release: bool = True
+    ) -> int | None:
         """Kill a worker (its state is unknown), free its slot, reap it off the event loop."""
         worker.kill()
         with self._lock:

@@ -10,7 +10,10 @@ BUILTIN_ENVS: dict[str, tuple[str, dict]] = {
     "cascade/StructuredOutput-v0": ("cascade_envs.envs.structured_outputs.env:StructuredOutputEnv", {}),
     "cascade/Math-v0": ("cascade_envs.envs.math.env:MathEnv", {}),
     "cascade/Code-v0": ("cascade_envs.envs.code.env:CodeEnv", {}),
-    "cascade/InstructionFollowing-v0": ("cascade_envs.envs.instruction_following.env:InstructionFollowingEnv", {}),
+    "cascade/InstructionFollowing-v0": (
+        "cascade_envs.envs.instruction_following.env:InstructionFollowingEnv",
+        {},
+    ),
     "cascade/Workplace-v0": ("cascade_envs.envs.workplace.env:WorkplaceEnv", {}),
     "cascade/GenRM-v0": ("cascade_envs.envs.genrm.env:GenRMEnv", {}),
     "cascade/LongContextQA-v0": ("cascade_envs.envs.long_context.env:LongContextQAEnv", {}),

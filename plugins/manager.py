@@ -149,7 +149,10 @@ def _run_hooks(pm: pluggy.PluginManager, infos: dict[str, PluginInfo]) -> None:
         clash = next(((t, s) for t, s in entries if s.id in t), None)
         if clash is not None:
             target, spec = clash
-            _fail(infos[name], f"{target.kind} {spec.id!r} is already registered by {target.get(spec.id).plugin!r}")
+            _fail(
+                infos[name],
+                f"{target.kind} {spec.id!r} is already registered by {target.get(spec.id).plugin!r}",
+            )
             continue
         for target, spec in entries:
             target.register(spec.id, spec)

@@ -57,9 +57,17 @@ StepScript = Callable[[dict[str, Any]], Step]
 
 def completion(content: Any, **message: Any) -> dict[str, Any]:
     """A chat-completions body whose message has ``content`` (and any other ``message`` fields)."""
-    return {"id": "chatcmpl-scripted", "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, **message},
-                         "finish_reason": "stop"}]}
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, **message},
+                "finish_reason": "stop",
+            }
+        ],
+    }
 
 
 def by_model() -> StepScript:
@@ -95,10 +103,16 @@ def _model_completion(model: str, messages: list[dict[str, Any]]) -> dict[str, A
         content = last_user.split("ANSWER:", 1)[1].strip() if "ANSWER:" in last_user else "none"
     tokens = content.split()[:64] or [""]
     body = completion(content)
-    body["choices"][0].update(logprobs={"content": [{"token": t, "logprob": -0.5} for t in tokens]},
-                              token_ids=list(range(len(tokens))))
-    return {**body, "model": model, "prompt_token_ids": [1, 2, 3],
-            "usage": {"prompt_tokens": 3, "completion_tokens": len(tokens)}}
+    body["choices"][0].update(
+        logprobs={"content": [{"token": t, "logprob": -0.5} for t in tokens]},
+        token_ids=list(range(len(tokens))),
+    )
+    return {
+        **body,
+        "model": model,
+        "prompt_token_ids": [1, 2, 3],
+        "usage": {"prompt_tokens": 3, "completion_tokens": len(tokens)},
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -122,7 +136,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._http_route()
         self.server.model_lookups += 1
         if self.path.rstrip("/").endswith("/models"):
-            return self._send(200, json.dumps({"object": "list", "data": [{"id": m} for m in self.server.models]}).encode())
+            return self._send(
+                200, json.dumps({"object": "list", "data": [{"id": m} for m in self.server.models]}).encode()
+            )
         return self._send(404, b'{"error": "no such route"}')
 
     def do_POST(self) -> None:
@@ -135,8 +151,15 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(step.delay_s)
             if step.raw is not None:
                 return self._send(step.status, step.raw)
-            body = step.body if step.body is not None else (
-                completion(step.content) if step.status == 200 else {"error": {"message": f"scripted {step.status}"}})
+            body = (
+                step.body
+                if step.body is not None
+                else (
+                    completion(step.content)
+                    if step.status == 200
+                    else {"error": {"message": f"scripted {step.status}"}}
+                )
+            )
             return self._send(step.status, json.dumps(body).encode())
         finally:
             self.server.end()
@@ -149,14 +172,18 @@ class _Handler(BaseHTTPRequestHandler):
             attempt = self.server.calls[self.path]
         _, _, kind, *args = self.path.split("/")
         if kind == "ok":
-            return self._send(200, json.dumps({"ok": True, "body": json.loads(raw) if raw else None}).encode())
+            return self._send(
+                200, json.dumps({"ok": True, "body": json.loads(raw) if raw else None}).encode()
+            )
         if kind == "flaky" and attempt <= int(args[1]):
             return self._send(503, b'{"error": "overloaded"}', headers={"Retry-After": "0"})
         if kind == "flaky":
             return self._send(200, json.dumps({"ok": True, "attempt": attempt}).encode())
         if kind == "status":
             message = "This model's maximum context length is 4096 tokens; your request has 5000 tokens."
-            return self._send(int(args[0]), json.dumps({"error": {"message": message, "code": int(args[0])}}).encode())
+            return self._send(
+                int(args[0]), json.dumps({"error": {"message": message, "code": int(args[0])}}).encode()
+            )
         if kind == "garbage":
             return self._send(200, b"<html>not json")
         if kind == "trickle":
@@ -183,8 +210,13 @@ class ScriptedChatServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # slow scripted replies may still be sleeping when a test ends
 
-    def __init__(self, steps: Sequence[Step] | StepScript | None = None, *, default: Step = Step(),
-                 models: tuple[str, ...] = ("judge",)):
+    def __init__(
+        self,
+        steps: Sequence[Step] | StepScript | None = None,
+        *,
+        default: Step = Step(),
+        models: tuple[str, ...] = ("judge",),
+    ):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.steps: list[Step] | StepScript = steps if callable(steps) else list(steps or [])
         self.default, self.models = default, list(models)

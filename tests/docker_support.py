@@ -43,8 +43,12 @@ def prepare(log: Any = print) -> None:
 
         def build(kind: str) -> str | None:
             try:
-                images.build_base(images.BASES[kind], images.client(), cache_dir=CACHE,
-                                  log=lambda m: log(f"docker test image {m}"))
+                images.build_base(
+                    images.BASES[kind],
+                    images.client(),
+                    cache_dir=CACHE,
+                    log=lambda m: log(f"docker test image {m}"),
+                )
             except Exception as exc:
                 return f"image {images.BASES[kind].name} could not be built: {exc}"
             return None
@@ -123,10 +127,25 @@ class PrivateDaemon:
         subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], capture_output=True)
         with open(self.folder / "dockerd.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [exe, "-H", self.url, "--data-root", f"{self.folder}/data", "--exec-root", f"{self.folder}/x",
-                 "--pidfile", f"{self.folder}/d.pid", f"--bridge={self.bridge}", "--iptables=false",
-                 "--ip-masq=false", "--shutdown-timeout=2"], stdout=subprocess.DEVNULL, stderr=log,
-                start_new_session=True)
+                [
+                    exe,
+                    "-H",
+                    self.url,
+                    "--data-root",
+                    f"{self.folder}/data",
+                    "--exec-root",
+                    f"{self.folder}/x",
+                    "--pidfile",
+                    f"{self.folder}/d.pid",
+                    f"--bridge={self.bridge}",
+                    "--iptables=false",
+                    "--ip-masq=false",
+                    "--shutdown-timeout=2",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -156,6 +175,8 @@ class PrivateDaemon:
 
     def close(self) -> None:
         self.stop()
-        subprocess.run(["umount", "-R", "-l", str(self.folder / "data")], capture_output=True)  # leftover overlays
+        subprocess.run(
+            ["umount", "-R", "-l", str(self.folder / "data")], capture_output=True
+        )  # leftover overlays
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -17,7 +17,9 @@ def local_ray():
     mp.setenv("RAY_TMPDIR", str(root))
     mp.setenv("HOME", str(root))
     mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    mp.setenv("RAY_AUTH_MODE", "disabled")  # a token cached by an earlier instance of this process would not match
+    mp.setenv(
+        "RAY_AUTH_MODE", "disabled"
+    )  # a token cached by an earlier instance of this process would not match
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(root / "t"))
     yield ray
     ray.shutdown()

@@ -30,7 +30,9 @@ def test_every_builtin_env_has_a_case():
 def test_builtin_env_conforms(env_id):
     case = conformance_case(env_id)
     if case.missing:
-        pytest.skip(f"{env_id} needs {', '.join(case.missing)}, not installed here (SWE: bash .ci/swe.sh runs it)")
+        pytest.skip(
+            f"{env_id} needs {', '.join(case.missing)}, not installed here (SWE: bash .ci/swe.sh runs it)"
+        )
     case.check(env_id)
 
 

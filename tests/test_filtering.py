@@ -39,8 +39,12 @@ OPTIONS = [{"A": "alpha"}, {"B": "beta"}, {"C": "gamma"}, {"D": "delta"}]
 
 def mcqa_row(i: int, mode: str) -> dict[str, Any]:
     question = f"Question {i} (mode={mode}): pick one; answer inside \\boxed{{}}.\nA: alpha\nB: beta\nC: gamma\nD: delta"
-    return {"uuid": f"q{i}", "responses_create_params": {"input": [{"role": "user", "content": question}]},
-            "options": OPTIONS, "expected_answer": "A"}
+    return {
+        "uuid": f"q{i}",
+        "responses_create_params": {"input": [{"role": "user", "content": question}]},
+        "options": OPTIONS,
+        "expected_answer": "A",
+    }
 
 
 def answer(text: str, calls: Counter[str]) -> str:
@@ -75,8 +79,14 @@ def write_tasks(path: Path, modes: list[str]) -> list[bytes]:
         elif mode == "bad-row":
             lines.append((json.dumps({**mcqa_row(i, mode), "expected_answer": "Z"}) + "\n").encode())
         else:  # odd spacing and non-ASCII text: kept rows must come out byte for byte
-            lines.append((json.dumps(mcqa_row(i, mode), indent=None, separators=(", ", " :  "), ensure_ascii=False)
-                          .replace("alpha", "alphä") + "\n").encode())
+            lines.append(
+                (
+                    json.dumps(
+                        mcqa_row(i, mode), indent=None, separators=(", ", " :  "), ensure_ascii=False
+                    ).replace("alpha", "alphä")
+                    + "\n"
+                ).encode()
+            )
     path.write_bytes(b"".join(lines))
     return lines
 
@@ -85,32 +95,70 @@ def outcomes(out_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out_dir / "outcomes.jsonl").read_text().splitlines()]
 
 
-MODES = ["always", "never", "sometimes", "fails", "bad-json", "always", "never", "sometimes", "bad-row", "never",
-         "sometimes", "always"]
+MODES = [
+    "always",
+    "never",
+    "sometimes",
+    "fails",
+    "bad-json",
+    "always",
+    "never",
+    "sometimes",
+    "bad-row",
+    "never",
+    "sometimes",
+    "always",
+]
 
 
 def test_outcomes_kept_rows_and_histogram(tmp_path):
     lines = write_tasks(tmp_path / "tasks.jsonl", MODES)
     policy = mcqa_policy()
-    summary = filter_tasks(policy, MCQA, tmp_path / "tasks.jsonl", tmp_path / "out", FilterSettings(k=4),
-                           policy_id="scripted")
-    assert all(call.sampling.seed is None for call in policy.calls)  # a shared seed would make the k samples identical
-    expected = {"always": "dropped_solved", "never": "kept", "sometimes": "kept", "fails": "incomplete",
-                "bad-json": "bad_row", "bad-row": "bad_row"}
+    summary = filter_tasks(
+        policy, MCQA, tmp_path / "tasks.jsonl", tmp_path / "out", FilterSettings(k=4), policy_id="scripted"
+    )
+    assert all(
+        call.sampling.seed is None for call in policy.calls
+    )  # a shared seed would make the k samples identical
+    expected = {
+        "always": "dropped_solved",
+        "never": "kept",
+        "sometimes": "kept",
+        "fails": "incomplete",
+        "bad-json": "bad_row",
+        "bad-row": "bad_row",
+    }
     got = outcomes(tmp_path / "out")
     assert [o["row"] for o in got] == list(range(1, len(MODES) + 1))
     assert [o["outcome"] for o in got] == [expected[m] for m in MODES]
     assert [o["solved"] for o in got if o["outcome"] != "bad_row"] == [4, 0, 2, 0, 4, 0, 2, 0, 2, 4]
-    assert got[1] == {"row": 2, "id": "q1", "k": 4, "scored": 4, "solved": 0, "outcome": "kept", "pass_rate": 0.0,
-                      "reasons": ["solved 0/4; kept by the seeded draw (keep_unsolved=1)"]}
+    assert got[1] == {
+        "row": 2,
+        "id": "q1",
+        "k": 4,
+        "scored": 4,
+        "solved": 0,
+        "outcome": "kept",
+        "pass_rate": 0.0,
+        "reasons": ["solved 0/4; kept by the seeded draw (keep_unsolved=1)"],
+    }
     incomplete = got[3]
     assert incomplete["scored"] == 0 and incomplete["pass_rate"] is None
-    assert incomplete["reasons"] == ["0 of 4 rollouts scored; retried on the next run", "4x PolicyError: policy server down"]
+    assert incomplete["reasons"] == [
+        "0 of 4 rollouts scored; retried on the next run",
+        "4x PolicyError: policy server down",
+    ]
     assert "tasks.jsonl:5: not valid JSON" in got[4]["reasons"][0]
     assert "expected_answer" in got[8]["reasons"][0] and got[8]["id"] == "q8"
     kept_lines = [line for line, mode in zip(lines, MODES, strict=True) if expected[mode] == "kept"]
     assert (tmp_path / "out" / "kept.jsonl").read_bytes() == b"".join(kept_lines)
-    assert summary.counts == {"kept": 6, "dropped_solved": 3, "dropped_unsolved": 0, "incomplete": 1, "bad_row": 2}
+    assert summary.counts == {
+        "kept": 6,
+        "dropped_solved": 3,
+        "dropped_unsolved": 0,
+        "incomplete": 1,
+        "bad_row": 2,
+    }
     assert summary.histogram == [3, 0, 3, 0, 3] and not summary.complete  # the masked prompt is no 0/4
     assert (tmp_path / "out" / "histogram.txt").read_text() == format_histogram([3, 0, 3, 0, 3]) + "\n"
     saved = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -121,8 +169,12 @@ def test_outcomes_kept_rows_and_histogram(tmp_path):
 
 def test_format_histogram():
     text = format_histogram([5, 0, 10], width=10)
-    assert text.splitlines() == ["pass rate over 15 complete prompt(s), k=2", "0/2  0.00 |#####     | 5",
-                                 "1/2  0.50 |          | 0", "2/2  1.00 |##########| 10"]
+    assert text.splitlines() == [
+        "pass rate over 15 complete prompt(s), k=2",
+        "0/2  0.00 |#####     | 5",
+        "1/2  0.50 |          | 0",
+        "2/2  1.00 |##########| 10",
+    ]
 
 
 def test_keep_unsolved_draw_is_seeded_per_identity():
@@ -142,7 +194,10 @@ def test_swe_curation_keeps_the_seeded_tenth_in_any_order(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", modes)
     settings = FilterSettings(k=2, keep_unsolved=0.1, seed=7)
     summary = filter_tasks(mcqa_policy(), MCQA, tmp_path / "tasks.jsonl", tmp_path / "a", settings)
-    assert summary.counts["dropped_solved"] == 20 and summary.counts["kept"] + summary.counts["dropped_unsolved"] == 300
+    assert (
+        summary.counts["dropped_solved"] == 20
+        and summary.counts["kept"] + summary.counts["dropped_unsolved"] == 300
+    )
     assert 0.06 <= summary.counts["kept"] / 300 <= 0.14
     kept = [json.loads(line)["uuid"] for line in (tmp_path / "a" / "kept.jsonl").read_text().splitlines()]
     assert kept == [f"q{i}" for i in range(300) if keeps_unsolved(f"q{i}", settings)]
@@ -198,21 +253,32 @@ def test_multi_turn_env(tmp_path):
             return '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
         return "It is unknown"
 
-    summary = filter_tasks(ScriptedPolicy(look_up), "toy/LookupTool-v0", tmp_path / "tasks.jsonl", tmp_path / "out",
-                           FilterSettings(k=3, keep_unsolved=0.0))
+    summary = filter_tasks(
+        ScriptedPolicy(look_up),
+        "toy/LookupTool-v0",
+        tmp_path / "tasks.jsonl",
+        tmp_path / "out",
+        FilterSettings(k=3, keep_unsolved=0.0),
+    )
     assert [o["outcome"] for o in outcomes(tmp_path / "out")] == ["dropped_solved", "dropped_unsolved"] * 2
     assert summary.histogram == [2, 0, 0, 2] and (tmp_path / "out" / "kept.jsonl").read_bytes() == b""
-    turns = [json.loads(line)["turns"] for line in (tmp_path / "out" / "rollouts.jsonl").read_text().splitlines()]
+    turns = [
+        json.loads(line)["turns"] for line in (tmp_path / "out" / "rollouts.jsonl").read_text().splitlines()
+    ]
     assert sorted(set(turns)) == [1, 2]
 
 
 def test_parquet_input_keeps_its_rows_and_schema(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    rows = [{"id": f"p{i}", "prompt": f"Question {i} (mode={mode})", "answer": "\\boxed{A}", "weight": i / 2}
-            for i, mode in enumerate(["always", "never", "sometimes", "always"])]
+    rows = [
+        {"id": f"p{i}", "prompt": f"Question {i} (mode={mode})", "answer": "\\boxed{A}", "weight": i / 2}
+        for i, mode in enumerate(["always", "never", "sometimes", "always"])
+    ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "tasks.parquet")
-    filter_tasks(mcqa_policy(), "toy/ExactAnswer-v0", tmp_path / "tasks.parquet", tmp_path / "out", FilterSettings(k=2))
+    filter_tasks(
+        mcqa_policy(), "toy/ExactAnswer-v0", tmp_path / "tasks.parquet", tmp_path / "out", FilterSettings(k=2)
+    )
     assert [o["solved"] for o in outcomes(tmp_path / "out")] == [2, 0, 1, 2]
     kept = pq.read_table(tmp_path / "out" / "kept.parquet")
     assert kept.schema == pq.read_table(tmp_path / "tasks.parquet").schema
@@ -220,9 +286,12 @@ def test_parquet_input_keeps_its_rows_and_schema(tmp_path):
 
 
 def test_bad_settings_are_named():
-    cases: list[tuple[dict[str, Any], str]] = [({"k": 0}, "k must"), ({"keep_unsolved": 1.5}, "keep_unsolved"),
-                                               ({"solved_threshold": float("nan")}, "solved_threshold"),
-                                               ({"seed": "x"}, "seed")]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"k": 0}, "k must"),
+        ({"keep_unsolved": 1.5}, "keep_unsolved"),
+        ({"solved_threshold": float("nan")}, "solved_threshold"),
+        ({"seed": "x"}, "seed"),
+    ]
     for kwargs, key in cases:
         with pytest.raises(FilterError, match=key):
             FilterSettings(**kwargs)
@@ -247,32 +316,61 @@ def policy_server() -> ScriptedChatServer:
 
 
 def filter_cli(tasks: Path, out: Path, *extra: str, server: ScriptedChatServer, env: str = MCQA) -> int:
-    return main(["filter", "--env", env, "--tasks", str(tasks), "--policy", server.url, "--model", "policy",
-                 "-o", str(out), "--no-progress", *extra])
+    return main(
+        [
+            "filter",
+            "--env",
+            env,
+            "--tasks",
+            str(tasks),
+            "--policy",
+            server.url,
+            "--model",
+            "policy",
+            "-o",
+            str(out),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def test_cli_filters_resumes_and_refuses_other_arguments(tmp_path, capsys):
     write_tasks(tmp_path / "tasks.jsonl", ["always", "never", "sometimes", "never"])
     with policy_server() as server:
-        assert filter_cli(tmp_path / "tasks.jsonl", tmp_path / "out", "-k", "2", "--keep-unsolved", "0.5",
-                          server=server) == 0
+        assert (
+            filter_cli(
+                tmp_path / "tasks.jsonl", tmp_path / "out", "-k", "2", "--keep-unsolved", "0.5", server=server
+            )
+            == 0
+        )
         printed = capsys.readouterr().out
         assert "pass rate over 4 complete prompt(s), k=2" in printed and "1/2  0.50 |" in printed
-        summary = json.loads(printed[printed.index("{"):])
+        summary = json.loads(printed[printed.index("{") :])
         assert summary["dropped_solved"] == 1 and summary["kept"] + summary["dropped_unsolved"] == 3
         requests = len(server.requests)
         assert requests == 8
-        assert filter_cli(tmp_path / "tasks.jsonl", tmp_path / "out", "-k", "2", "--keep-unsolved", "0.5",
-                          server=server) == 0
+        assert (
+            filter_cli(
+                tmp_path / "tasks.jsonl", tmp_path / "out", "-k", "2", "--keep-unsolved", "0.5", server=server
+            )
+            == 0
+        )
         assert len(server.requests) == requests and '"played_this_run": 0' in capsys.readouterr().out
-        for changed, shown in [(["-k", "3", "--keep-unsolved", "0.5"], "k: 2 -> 3"),
-                               (["-k", "2", "--keep-unsolved", "0.5", "--seed", "1"], "seed: 0 -> 1"),
-                               (["-k", "2"], "keep_unsolved: 0.5 -> 1.0")]:
+        for changed, shown in [
+            (["-k", "3", "--keep-unsolved", "0.5"], "k: 2 -> 3"),
+            (["-k", "2", "--keep-unsolved", "0.5", "--seed", "1"], "seed: 0 -> 1"),
+            (["-k", "2"], "keep_unsolved: 0.5 -> 1.0"),
+        ]:
             assert filter_cli(tmp_path / "tasks.jsonl", tmp_path / "out", *changed, server=server) == 2
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and shown in err and "--force" in err
-        assert filter_cli(tmp_path / "tasks.jsonl", tmp_path / "out", "-k", "3", "--force", server=server) == 0
-        assert [o["k"] for o in outcomes(tmp_path / "out")] == [3] * 4 and len(server.requests) == requests + 12
+        assert (
+            filter_cli(tmp_path / "tasks.jsonl", tmp_path / "out", "-k", "3", "--force", server=server) == 0
+        )
+        assert [o["k"] for o in outcomes(tmp_path / "out")] == [3] * 4 and len(
+            server.requests
+        ) == requests + 12
 
 
 def test_cli_dead_judge_gives_incomplete_then_a_rerun_decides(tmp_path, capsys, monkeypatch):
@@ -280,31 +378,62 @@ def test_cli_dead_judge_gives_incomplete_then_a_rerun_decides(tmp_path, capsys, 
     rows = resolve_path("bundled:long_context/samples.jsonl").read_text().splitlines(keepends=True)[:2]
     (tmp_path / "tasks.jsonl").write_text("".join(rows))
     args = ["--env-kwargs", '{"judge_timeout_s": 0.5, "judge_model": "judge"}', "-k", "2"]
-    with ScriptedChatServer(default=Step("<think>Checked.</think>Alder Creek Pump Station, 31 hours"),
-                            models=("policy",)) as server:
+    with ScriptedChatServer(
+        default=Step("<think>Checked.</think>Alder Creek Pump Station, 31 hours"), models=("policy",)
+    ) as server:
         with ScriptedChatServer() as dead:
             dead_url = dead.url
-        code = filter_cli(tmp_path / "tasks.jsonl", tmp_path / "out", *args, "--judge-url", dead_url,
-                          server=server, env="cascade/LongContextQA-v0")
+        code = filter_cli(
+            tmp_path / "tasks.jsonl",
+            tmp_path / "out",
+            *args,
+            "--judge-url",
+            dead_url,
+            server=server,
+            env="cascade/LongContextQA-v0",
+        )
         captured = capsys.readouterr()
-        assert code == 1 and "2 prompt(s) incomplete" in captured.err and "rerun the same command" in captured.err
+        assert (
+            code == 1
+            and "2 prompt(s) incomplete" in captured.err
+            and "rerun the same command" in captured.err
+        )
         assert [o["outcome"] for o in outcomes(tmp_path / "out")] == ["incomplete"] * 2
         assert "judge" in outcomes(tmp_path / "out")[0]["reasons"][1]
         assert (tmp_path / "out" / "kept.jsonl").read_bytes() == b""  # neither kept nor dropped
         with ScriptedChatServer(default=Step("CORRECT")) as judge:
-            code = filter_cli(tmp_path / "tasks.jsonl", tmp_path / "out", *args, "--judge-url", judge.url,
-                              server=server, env="cascade/LongContextQA-v0")
+            code = filter_cli(
+                tmp_path / "tasks.jsonl",
+                tmp_path / "out",
+                *args,
+                "--judge-url",
+                judge.url,
+                server=server,
+                env="cascade/LongContextQA-v0",
+            )
         assert code == 0 and len(judge.requests) == 4
     assert [(o["outcome"], o["solved"]) for o in outcomes(tmp_path / "out")] == [("dropped_solved", 2)] * 2
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
     write_tasks(tmp_path / "tasks.jsonl", ["always"])
-    for extra, shown in [(["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
-                         (["--env-kwargs", "{"], "--env-kwargs is not valid JSON"),
-                         (["-k", "0"], "k must be a positive integer"),
-                         (["--tasks", str(tmp_path / "missing.jsonl")], "task file not found")]:
-        code = main(["filter", "--env", MCQA, "--tasks", str(tmp_path / "tasks.jsonl"), "-o", str(tmp_path / "o"),
-                     *extra])
+    for extra, shown in [
+        (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--env-kwargs", "{"], "--env-kwargs is not valid JSON"),
+        (["-k", "0"], "k must be a positive integer"),
+        (["--tasks", str(tmp_path / "missing.jsonl")], "task file not found"),
+    ]:
+        code = main(
+            [
+                "filter",
+                "--env",
+                MCQA,
+                "--tasks",
+                str(tmp_path / "tasks.jsonl"),
+                "-o",
+                str(tmp_path / "o"),
+                *extra,
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and shown in err, err

@@ -45,13 +45,17 @@ def module_files(dirs: dict[str, Path] | None = None) -> dict[str, Path]:
     for package, folder in dirs.items():
         for path in sorted(folder.rglob("*.py")):
             parts = path.relative_to(folder).with_suffix("").parts
-            if "__pycache__" in parts or not all((folder / Path(*parts[:i]) / "__init__.py").exists()
-                                                 for i in range(len(parts))):
+            if "__pycache__" in parts or not all(
+                (folder / Path(*parts[:i]) / "__init__.py").exists() for i in range(len(parts))
+            ):
                 continue  # not inside a regular package (data or build folders)
             sub = [p for p in parts if p != "__init__"]
             name = ".".join([package, *sub])
-            if any(name == other or name.startswith(other + ".") for other in dirs if other != package
-                   and other.startswith(package + ".")):
+            if any(
+                name == other or name.startswith(other + ".")
+                for other in dirs
+                if other != package and other.startswith(package + ".")
+            ):
                 continue  # a mapped subpackage is walked from its own folder
             modules[name] = path
     return modules
@@ -90,8 +94,14 @@ print("RESULTS " + json.dumps(results))
 
 def _import_chunk(names: list[str]) -> dict[str, str]:
     env = {**os.environ, "CASCADE_ENVS_DISABLE_PLUGIN_AUTOLOAD": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", IMPORT_ONE_BY_ONE, json.dumps(names)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ONE_BY_ONE, json.dumps(names)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULTS ")), None)
     assert line is not None, f"the import checker crashed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     return json.loads(line.removeprefix("RESULTS "))
@@ -108,7 +118,8 @@ def test_every_module_imports_alone() -> None:
     assert set(results) == set(names)
     failed = {n: r for n, r in results.items() if r != "ok" and not r.startswith("skip:")}
     assert not failed, "modules that fail to import on their own:\n" + "\n".join(
-        f"--- {n}\n{r}" for n, r in sorted(failed.items()))
+        f"--- {n}\n{r}" for n, r in sorted(failed.items())
+    )
     assert sum(r == "ok" for r in results.values()) > len(names) // 2
 
 
@@ -232,16 +243,22 @@ def _one_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 def test_module_level_imports_have_no_cycle() -> None:
     modules = module_files()
-    assert {"cascade_envs.registry", "cascade_envs.plugins.manager", "cascade_envs.envs.code.service",
-            "cascade_envs.trainer.config"} <= set(modules)
+    assert {
+        "cascade_envs.registry",
+        "cascade_envs.plugins.manager",
+        "cascade_envs.envs.code.service",
+        "cascade_envs.trainer.config",
+    } <= set(modules)
     cycles = find_cycles(import_graph(modules))
     assert not cycles, "first-party import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 def test_no_cycle_even_through_imports_inside_functions() -> None:
     cycles = find_cycles(import_graph(module_files(), every=True))
-    assert not cycles, "first-party import cycles (function-level and TYPE_CHECKING imports counted):\n" + "\n".join(
-        " -> ".join(c) for c in cycles)
+    assert not cycles, (
+        "first-party import cycles (function-level and TYPE_CHECKING imports counted):\n"
+        + "\n".join(" -> ".join(c) for c in cycles)
+    )
 
 
 def test_the_kernel_sandbox_layer_imports_no_env() -> None:
@@ -277,14 +294,25 @@ def test_the_graph_reads_what_runs_at_import(tmp_path: Path) -> None:
                 from . import e
             B = 2
         """),
-        "pkg/c.py": "", "pkg/d.py": "", "pkg/sub/e.py": "",
+        "pkg/c.py": "",
+        "pkg/d.py": "",
+        "pkg/sub/e.py": "",
         "mapped/__init__.py": "from pkg.sub import b\n",
     }
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     modules = module_files({"pkg": tmp_path / "pkg", "pkg.mapped": tmp_path / "mapped"})
-    assert sorted(modules) == ["pkg", "pkg.a", "pkg.c", "pkg.d", "pkg.mapped", "pkg.sub", "pkg.sub.b", "pkg.sub.e"]
+    assert sorted(modules) == [
+        "pkg",
+        "pkg.a",
+        "pkg.c",
+        "pkg.d",
+        "pkg.mapped",
+        "pkg.sub",
+        "pkg.sub.b",
+        "pkg.sub.e",
+    ]
     graph = import_graph(modules)
     assert graph["pkg"] == {"pkg.a"}
     assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"}

@@ -23,8 +23,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_DIRS = {"cascade_envs": "cascade_envs", "cascade_envs.envs": "envs",
-                "cascade_envs.plugins": "plugins", "cascade_envs.trainer": "trainer"}
+PACKAGE_DIRS = {
+    "cascade_envs": "cascade_envs",
+    "cascade_envs.envs": "envs",
+    "cascade_envs.plugins": "plugins",
+    "cascade_envs.trainer": "trainer",
+}
 """The fixed top-level layout of DESIGN.md §1: import package -> source folder."""
 DATA_SUFFIXES = (".jsonl", ".json", ".yaml", ".yml", ".csv")
 HEAVY_MODULES = ("torch", "ray", "vllm", "openhands", "transformers")
@@ -50,13 +54,27 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
     src = tmp / "src"
     src.mkdir()
     for path in ROOT.iterdir():
-        if path.is_file() and (path.suffix in (".toml", ".py", ".md", ".cfg", ".in") or path.name.startswith("LICENSE")):
+        if path.is_file() and (
+            path.suffix in (".toml", ".py", ".md", ".cfg", ".in") or path.name.startswith("LICENSE")
+        ):
             shutil.copy2(path, src)
     ignore = shutil.ignore_patterns(*SKIP_DIRS, "*.pyc", "*.egg-info")
     for folder in PACKAGE_DIRS.values():
         shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-           "--disable-pip-version-check", "-q", "-w", str(tmp / "dist"), str(src)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--disable-pip-version-check",
+        "-q",
+        "-w",
+        str(tmp / "dist"),
+        str(src),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"wheel build failed:\n{done.stdout}\n{done.stderr}"
     (path,) = (tmp / "dist").glob("cascade_envs-*.whl")
@@ -71,12 +89,17 @@ def dist_info(wheel: zipfile.ZipFile, name: str) -> str:
 
 def test_wheel_holds_every_subpackage(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
-    expected = {path.rsplit("/", 1)[0].replace("/", ".") for path in source_files() if path.endswith("/__init__.py")}
+    expected = {
+        path.rsplit("/", 1)[0].replace("/", ".") for path in source_files() if path.endswith("/__init__.py")
+    }
     assert set(PACKAGE_DIRS) <= expected  # each mapped folder is a regular package
     shipped = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")}
     assert sorted(expected - shipped) == []
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert {n.split("/")[0] for n in names} == {"cascade_envs", f"cascade_envs-{version}.dist-info"}  # no stray tops
+    assert {n.split("/")[0] for n in names} == {
+        "cascade_envs",
+        f"cascade_envs-{version}.dist-info",
+    }  # no stray tops
 
 
 def test_wheel_holds_every_module(wheel: zipfile.ZipFile) -> None:
@@ -89,7 +112,9 @@ def test_wheel_holds_every_data_file(wheel: zipfile.ZipFile) -> None:
     data = {p: path for p, path in source_files().items() if p.endswith(DATA_SUFFIXES)}
     assert any("/data/" in p for p in data)  # the domains' sample sets exist in the tree
     missing = sorted(set(data) - set(wheel.namelist()))
-    assert missing == [], "data files missing from the wheel (package-data, or data/ folders not found as packages)"
+    assert missing == [], (
+        "data files missing from the wheel (package-data, or data/ folders not found as packages)"
+    )
     for member, path in data.items():
         assert wheel.read(member) == path.read_bytes(), member
 
@@ -126,8 +151,13 @@ def test_entry_points_are_declared_and_resolve(wheel: zipfile.ZipFile) -> None:
 
 
 def run_fresh(code: str, tmp_path: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -29,23 +29,39 @@ from cascade_envs.distributed import ActorPool, RayEnv, attach_ray  # noqa: E402
 # Ray's object store lives in /dev/shm: keep it apart from the tests that measure host shared memory.
 pytestmark = pytest.mark.xdist_group("host-shared-memory")
 
-MATH, MCQA, IF, WORK = "cascade/Math-v0", "cascade/MCQA-v0", "cascade/InstructionFollowing-v0", "cascade/Workplace-v0"
+MATH, MCQA, IF, WORK = (
+    "cascade/Math-v0",
+    "cascade/MCQA-v0",
+    "cascade/InstructionFollowing-v0",
+    "cascade/Workplace-v0",
+)
 
 
 def answers_for(env_id: str, task: Loaded) -> list[str]:
     """Four answers to one task, right and wrong ones mixed (for IF: texts that meet some constraints)."""
     if env_id == IF:
-        return ["lantern logbook\n\n***\n\nlantern\n\n***\n\nlogbook", "short", "<think>x</think>Words, words, words.",
-                "A B C\n\n***\n\nD"]
+        return [
+            "lantern logbook\n\n***\n\nlantern\n\n***\n\nlogbook",
+            "short",
+            "<think>x</think>Words, words, words.",
+            "A B C\n\n***\n\nD",
+        ]
     right = task.row["expected_answer"]
-    return [f"\\boxed{{{right}}}", "\\boxed{Z}", f"<think>hm</think>The answer is \\boxed{{{right}}}", "no idea"]
+    return [
+        f"\\boxed{{{right}}}",
+        "\\boxed{Z}",
+        f"<think>hm</think>The answer is \\boxed{{{right}}}",
+        "no idea",
+    ]
 
 
 def score_batch(mix: EnvMix, per_env: int = 4) -> list[list[dict]]:
     async def go() -> list[list[dict]]:
         jobs = []
         for env_id, env in mix.envs.items():
-            jobs += [env.ascore_responses(task, answers_for(env_id, task)) for task in list(env.tasks)[:per_env]]
+            jobs += [
+                env.ascore_responses(task, answers_for(env_id, task)) for task in list(env.tasks)[:per_env]
+            ]
         return [[r.to_dict() for r in group] for group in await asyncio.gather(*jobs)]
 
     return asyncio.run(go())
@@ -59,8 +75,12 @@ def workplace_turns(task: Loaded) -> list[str]:
 def solution_policy(tasks: list[Loaded]) -> ScriptedPolicy:
     """Plays a workplace task's reference solution turn by turn, then answers; on every other task it
     answers at once (and scores 0)."""
-    turns = {t.row["responses_create_params"]["input"][-1]["content"]: workplace_turns(t) if i % 2 == 0
-             else ["Done."] for i, t in enumerate(tasks)}
+    turns = {
+        t.row["responses_create_params"]["input"][-1]["content"]: workplace_turns(t)
+        if i % 2 == 0
+        else ["Done."]
+        for i, t in enumerate(tasks)
+    }
 
     def turn(messages: list[dict]) -> str:
         script = turns[next(m["content"] for m in messages if m["role"] == "user")]
@@ -76,7 +96,10 @@ def close(mix: EnvMix) -> None:
 @pytest.mark.slow
 def test_a_batch_scores_the_same_in_process_and_through_actors(local_ray):
     ids = [MCQA, MATH, IF]
-    local, remote = EnvMix(ids), attach_ray(EnvMix(ids), "auto", env_actors=1)  # each actor starts its own checkers
+    local, remote = (
+        EnvMix(ids),
+        attach_ray(EnvMix(ids), "auto", env_actors=1),
+    )  # each actor starts its own checkers
     try:
         assert all(isinstance(env, RayEnv) and len(env.pool) == 1 for env in remote.envs.values())
         want, got = score_batch(local), score_batch(remote)
@@ -232,6 +255,8 @@ def test_without_ray_config_ray_is_never_imported(tmp_path):
         mix.envs.close()
         print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"

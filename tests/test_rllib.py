@@ -11,8 +11,11 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from cascade_envs.rllib import register_rllib_envs
 
-ROW = {"prompt": "Which planet is largest?\nA: Mars\nB: Jupiter", "options": [{"A": "Mars"}, {"B": "Jupiter"}],
-       "expected_answer": "B"}
+ROW = {
+    "prompt": "Which planet is largest?\nA: Mars\nB: Jupiter",
+    "options": [{"A": "Mars"}, {"B": "Jupiter"}],
+    "expected_answer": "B",
+}
 
 
 def test_rllibs_registry_builds_a_working_env_by_name():

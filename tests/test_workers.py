@@ -67,6 +67,7 @@ def pool():
 
 # ----- calls, timeouts, crashes ------------------------------------------------------------------
 
+
 def test_a_timeout_kills_only_its_own_worker_and_a_fresh_one_replaces_it(pool: WorkerPool):
     async def both():
         slow = asyncio.ensure_future(pool.call(30))
@@ -176,6 +177,7 @@ def test_arguments_are_checked():
 
 # ----- closing ------------------------------------------------------------------------------------
 
+
 def test_close_stops_every_worker_and_a_later_call_starts_afresh(pool: WorkerPool):
     pids = set(call_all(pool, 0.2, 0.2))
     assert all(alive(pid) for pid in pids)
@@ -219,7 +221,8 @@ def test_a_dropped_pool_stops_its_workers():
 
 def test_workers_die_with_their_parent_even_mid_call(tmp_path: Path):
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import asyncio, os, sys
         sys.path.insert(0, {str(ROOT)!r})
         from cascade_envs.workers import WorkerPool
@@ -231,7 +234,8 @@ def test_workers_die_with_their_parent_even_mid_call(tmp_path: Path):
             await pool.call(600)
 
         asyncio.run(main())
-    """))
+    """)
+    )
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     try:
@@ -245,6 +249,7 @@ def test_workers_die_with_their_parent_even_mid_call(tmp_path: Path):
 
 
 # ----- VerifierPool -------------------------------------------------------------------------------
+
 
 def test_verifier_pool_limits_and_inline_runs():
     verifier = VerifierPool(timeout_s=1.0, max_chars=10, workers=1, preload=(nap,))

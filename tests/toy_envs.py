@@ -95,7 +95,9 @@ class CharTemplatePolicy(ScriptedPolicy):
 
     END = "</>"
 
-    def __init__(self, reply, *, finish=lambda messages: "stop", context: int | None = None, delay_s: float = 0.0):
+    def __init__(
+        self, reply, *, finish=lambda messages: "stop", context: int | None = None, delay_s: float = 0.0
+    ):
         super().__init__(reply, delay_s=delay_s)
         self.finish, self.context = finish, context
 

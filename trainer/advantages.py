@@ -84,9 +84,11 @@ class NoAdvantages:
 
     def __init__(self, rollout: RolloutConfig) -> None:
         if rollout.mask_groups_below is not None:
-            raise ConfigError("rollout.mask_groups_below does not apply to this algorithm: its advantage estimator "
-                              "'none' leaves no group out (e.g. MOPD trains on every sample with a teacher's token "
-                              "advantage, not on group rewards); set it to null")
+            raise ConfigError(
+                "rollout.mask_groups_below does not apply to this algorithm: its advantage estimator "
+                "'none' leaves no group out (e.g. MOPD trains on every sample with a teacher's token "
+                "advantage, not on group rewards); set it to null"
+            )
 
     def __call__(self, rewards: Sequence[float], valid: Sequence[bool]) -> GroupVerdict:
         return Advantages((0.0,) * len(rewards))

@@ -125,8 +125,15 @@ class BatchBuilder:
     It plays on the mix's env instances (``mix.envs``, closed by the trainer).
     """
 
-    def __init__(self, policy: Policy, mix: EnvMix, estimator: AdvantageEstimator, rollout: RolloutConfig, *,
-                 results_path: str | Path | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        mix: EnvMix,
+        estimator: AdvantageEstimator,
+        rollout: RolloutConfig,
+        *,
+        results_path: str | Path | None = None,
+    ):
         self.mix = mix
         self.estimator = estimator
         self.prompts_per_step = rollout.prompts_per_step
@@ -135,7 +142,9 @@ class BatchBuilder:
         self._warned_short = False
         self.runner = RolloutRunner(
             policy,
-            sampling=SamplingParams(max_tokens=rollout.max_tokens, temperature=rollout.temperature, top_p=rollout.top_p),
+            sampling=SamplingParams(
+                max_tokens=rollout.max_tokens, temperature=rollout.temperature, top_p=rollout.top_p
+            ),
             group_size=rollout.group_size,
             concurrency=rollout.concurrency,
             envs=mix.envs,
@@ -168,8 +177,12 @@ class BatchBuilder:
                 "a step trained on %d of %d groups (fill ratio %.2f) after %d rollout round(s): too many groups "
                 "had no learning signal. Raise rollout.max_oversampling (now %g) or rollout.max_rounds (now %d) "
                 "for full batches; batch/fill_ratio in metrics.jsonl tracks it (this warning is shown once)",
-                len(batch.groups), batch.asked, batch.fill_ratio, batch.rounds,
-                self.keep_rate.max_oversampling, self.max_rounds,
+                len(batch.groups),
+                batch.asked,
+                batch.fill_ratio,
+                batch.rounds,
+                self.keep_rate.max_oversampling,
+                self.max_rounds,
             )
         return batch
 
@@ -197,6 +210,13 @@ class BatchBuilder:
                 continue
             for seq in episode.trajectory.sequences():
                 batch.sequences.append(
-                    TrainSequence(seq.prompt_ids, seq.response_ids, float(advantage), group.env_id, seq.logprobs, seq.loss_mask)
+                    TrainSequence(
+                        seq.prompt_ids,
+                        seq.response_ids,
+                        float(advantage),
+                        group.env_id,
+                        seq.logprobs,
+                        seq.loss_mask,
+                    )
                 )
         return True

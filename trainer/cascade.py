@@ -115,8 +115,10 @@ def find_config(ref: str, base: Path | None = None) -> Path:
     stem = ref[:-5] if ref.endswith(".yaml") else ref
     if "/" not in stem and (shipped_dir() / f"{stem}.yaml").is_file():
         return shipped_dir() / f"{stem}.yaml"
-    raise ConfigError(f"config {ref!r}: no such file, and no shipped config of that name "
-                      f"(shipped: {', '.join(shipped_names())})")
+    raise ConfigError(
+        f"config {ref!r}: no such file, and no shipped config of that name "
+        f"(shipped: {', '.join(shipped_names())})"
+    )
 
 
 def is_pipeline(data: dict[str, Any]) -> bool:
@@ -148,7 +150,9 @@ def load_pipeline(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     return Pipeline(spec, stages, source, every, per_stage)
 
 
-def _sort_overrides(overrides: list[str] | tuple[str, ...], names: list[str]) -> tuple[list[str], list[str], dict[str, list[str]]]:
+def _sort_overrides(
+    overrides: list[str] | tuple[str, ...], names: list[str]
+) -> tuple[list[str], list[str], dict[str, list[str]]]:
     pipeline: list[str] = []
     every: list[str] = []
     per_stage: dict[str, list[str]] = {}
@@ -161,7 +165,9 @@ def _sort_overrides(overrides: list[str] | tuple[str, ...], names: list[str]) ->
             per_stage.setdefault(stage, []).append(rest)
         elif key.strip().split(".")[0] in PIPELINE_KEYS:
             if key.strip().split(".")[0] in ("stages", "set"):
-                raise ConfigError(f"--set {text!r}: edit the pipeline file to change its stages or their set: lists")
+                raise ConfigError(
+                    f"--set {text!r}: edit the pipeline file to change its stages or their set: lists"
+                )
             pipeline.append(text)
         else:
             every.append(text)
@@ -173,13 +179,17 @@ def _check_stages(stages: list[StageSpec]) -> None:
     for i, stage in enumerate(stages):
         where = f"stages[{i}]"
         if not STAGE_NAME.fullmatch(stage.name) or stage.name in (START, PREVIOUS, AUTO):
-            raise ConfigError(f"{where}.name {stage.name!r} must be a folder name (letters, digits, _ . -) other than "
-                              f"{START}, {PREVIOUS} or {AUTO}")
+            raise ConfigError(
+                f"{where}.name {stage.name!r} must be a folder name (letters, digits, _ . -) other than "
+                f"{START}, {PREVIOUS} or {AUTO}"
+            )
         if stage.name in seen:
             raise ConfigError(f"{where}.name {stage.name!r} is used twice")
         if stage.init not in (PREVIOUS, START) and stage.init not in seen:
-            raise ConfigError(f"{where}.init {stage.init!r} must be previous, start or an earlier stage's name "
-                              f"({', '.join(seen) or 'none yet'})")
+            raise ConfigError(
+                f"{where}.init {stage.init!r} must be previous, start or an earlier stage's name "
+                f"({', '.join(seen) or 'none yet'})"
+            )
         seen.append(stage.name)
 
 
@@ -214,16 +224,25 @@ def stage_data(pipeline: Pipeline, stage: StageSpec, init_path: str) -> dict[str
     ``set:`` and the command line's overrides, then ``model.path``/``train.output_dir``/``train.resume``."""
     data = read_yaml(find_config(stage.config, pipeline.source.parent))
     if is_pipeline(data):
-        raise ConfigError(f"stage {stage.name}: config {stage.config!r} is a pipeline file, not a stage config")
+        raise ConfigError(
+            f"stage {stage.name}: config {stage.config!r} is a pipeline file, not a stage config"
+        )
     for section in ("model", "train"):
         if not isinstance(data.setdefault(section, {}), dict):
             raise ConfigError(f"stage {stage.name}: {section} must be a mapping")
     data["model"].update({k: v for k, v in pipeline.spec.model.items() if k != "path"})
-    for text in [*pipeline.spec.set, *stage.set, *pipeline.every_stage, *pipeline.per_stage.get(stage.name, [])]:
+    for text in [
+        *pipeline.spec.set,
+        *stage.set,
+        *pipeline.every_stage,
+        *pipeline.per_stage.get(stage.name, []),
+    ]:
         key, value = parse_override(text)
         if key in SET_BY_PIPELINE:
-            raise ConfigError(f"stage {stage.name}: {key} is set by the pipeline (model.path and output_dir at the "
-                              "pipeline's top level, init: to choose where a stage starts)")
+            raise ConfigError(
+                f"stage {stage.name}: {key} is set by the pipeline (model.path and output_dir at the "
+                "pipeline's top level, init: to choose where a stage starts)"
+            )
         set_path(data, key, value)
     data["model"]["path"] = init_path
     data["train"]["output_dir"] = str(pipeline.output_dir / stage.name)

@@ -85,7 +85,9 @@ class PipelineState:
     def candidates(self, order: list[str]) -> list[Candidate]:
         """The checkpoints a teacher can be chosen from: the start model, then the finished stages of ``order``."""
         found = [Candidate(START, self.start.checkpoint, self.start.eval)] if self.start else []
-        return found + [Candidate(n, self.stages[n].checkpoint, self.stages[n].eval) for n in order if n in self.stages]
+        return found + [
+            Candidate(n, self.stages[n].checkpoint, self.stages[n].eval) for n in order if n in self.stages
+        ]
 
 
 @dataclass
@@ -101,7 +103,9 @@ def train_stage(config: Config, label: str) -> StageResult:
     """Train one stage's ``Config`` with the trainer, as ``cascade-envs train`` does."""
     trainer, history = run_training(config, label)
     skipped = sum(1 for h in history if h.get("skipped"))
-    return StageResult(str(trainer.last_checkpoint) if trainer.last_checkpoint else None, len(history), skipped)
+    return StageResult(
+        str(trainer.last_checkpoint) if trainer.last_checkpoint else None, len(history), skipped
+    )
 
 
 Train = Callable[[Config, str], StageResult]
@@ -111,8 +115,15 @@ Evaluate = Callable[[str, ModelConfig, EvalSettings, list[str]], Scores]
 class CascadeRunner:
     """Runs ``pipeline``; ``trainer``/``evaluator`` stand in for training and evaluation (tests)."""
 
-    def __init__(self, pipeline: Pipeline, *, from_stage: str | None = None, log: TextIO | None = None,
-                 trainer: Train = train_stage, evaluator: Evaluate = evaluate_checkpoint):
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        from_stage: str | None = None,
+        log: TextIO | None = None,
+        trainer: Train = train_stage,
+        evaluator: Evaluate = evaluate_checkpoint,
+    ):
         self.pipeline = pipeline
         self.from_stage = from_stage
         self.log = log or sys.stderr
@@ -152,9 +163,13 @@ class CascadeRunner:
         try:
             return build(PipelineState, json.loads(self.state_path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{self.state_path} is unreadable ({exc}); move it away to start the pipeline over") from None
+            raise ConfigError(
+                f"{self.state_path} is unreadable ({exc}); move it away to start the pipeline over"
+            ) from None
         except ConfigError as exc:
-            raise ConfigError(f"{self.state_path} is not a cascade state file ({exc}); move it away to start over") from None
+            raise ConfigError(
+                f"{self.state_path} is not a cascade state file ({exc}); move it away to start over"
+            ) from None
 
     def save_state(self, state: PipelineState) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -164,7 +179,7 @@ class CascadeRunner:
 
     def _forget_from(self, state: PipelineState, name: str) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        for stage_name in self.names[self.names.index(name):]:
+        for stage_name in self.names[self.names.index(name) :]:
             state.stages.pop(stage_name, None)
             folder = self.out / stage_name
             if folder.exists():
@@ -187,8 +202,13 @@ class CascadeRunner:
         self._evaluate(state, START, state.start)
         previous = start
         for stage in self.pipeline.stages:
-            init = previous if stage.init == PREVIOUS else start if stage.init == START else \
-                state.stages[stage.init].checkpoint
+            init = (
+                previous
+                if stage.init == PREVIOUS
+                else start
+                if stage.init == START
+                else state.stages[stage.init].checkpoint
+            )
             data = stage_data(self.pipeline, stage, init)
             digest = config_hash(data)
             record = state.stages.get(stage.name)
@@ -196,7 +216,8 @@ class CascadeRunner:
                 raise ConfigError(
                     f"stage {stage.name} finished with another config (hash {record.config_hash}, now {digest}; "
                     f"e.g. a changed file, --set or start checkpoint): rerun with --from-stage {stage.name} to train "
-                    "it and the stages after it again, or restore its config")
+                    "it and the stages after it again, or restore its config"
+                )
             if record is None:
                 record = self._train(state, stage, data, init, digest)
             else:
@@ -207,13 +228,15 @@ class CascadeRunner:
         self.report(state)
         return state
 
-    def _train(self, state: PipelineState, stage: StageSpec, data: dict[str, Any], init: str,
-               digest: str) -> StageRecord:
+    def _train(
+        self, state: PipelineState, stage: StageSpec, data: dict[str, Any], init: str, digest: str
+    ) -> StageRecord:
         refs = stage_teachers(stage, data)
         choices: dict[str, Any] = {}
         if refs:
-            teachers, choices = choose_teachers(stage.name, refs, state.candidates(self.names), self.eval_envs,
-                                                self.names)
+            teachers, choices = choose_teachers(
+                stage.name, refs, state.candidates(self.names), self.eval_envs, self.names
+            )
             data = with_teachers(data, teachers)
             self._say(teacher_line(stage.name, choices))
         config = build_stage_config(stage, data)
@@ -222,12 +245,21 @@ class CascadeRunner:
         result = self.trainer(config, f"stage {stage.name} ({stage.config})")
         gc.collect()
         record = StageRecord(
-            checkpoint=result.checkpoint or init, config=stage.config, config_hash=digest, init=init, chain=stage.chain,
-            steps=result.steps, steps_with_signal=result.steps - result.skipped, teachers=choices,
-            train_s=round(time.perf_counter() - started, 1), finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            checkpoint=result.checkpoint or init,
+            config=stage.config,
+            config_hash=digest,
+            init=init,
+            chain=stage.chain,
+            steps=result.steps,
+            steps_with_signal=result.steps - result.skipped,
+            teachers=choices,
+            train_s=round(time.perf_counter() - started, 1),
+            finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
         if result.checkpoint is None:
-            self._say(f"{stage.name}: no checkpoint was written (0 steps); its checkpoint is the one it started from")
+            self._say(
+                f"{stage.name}: no checkpoint was written (0 steps); its checkpoint is the one it started from"
+            )
         state.stages[stage.name] = record
         self.save_state(state)
         return record
@@ -237,8 +269,10 @@ class CascadeRunner:
         todo = [e for e in self.eval_envs if (record.eval.get(e) or {}).get("key") != self.settings.key(e)]
         if not todo:
             return
-        self._say(f"{label}: evaluating {record.checkpoint} on {len(todo)} env(s) "
-                  f"(greedy, {self.settings.max_tokens} tokens, first {self.settings.limit or 'all'} tasks)")
+        self._say(
+            f"{label}: evaluating {record.checkpoint} on {len(todo)} env(s) "
+            f"(greedy, {self.settings.max_tokens} tokens, first {self.settings.limit or 'all'} tasks)"
+        )
         model = ModelConfig(**{k: v for k, v in self.pipeline.spec.model.items() if k != "path"})
         record.eval.update(self.evaluator(record.checkpoint, model, self.settings, todo))
         gc.collect()
@@ -259,12 +293,20 @@ class CascadeRunner:
         rows = self.rows(state)
         print(f"held-out scores (mean over scored answers; change vs the row above; {self.out / EVAL_FILE}):")
         print(eval_table(rows, self.eval_envs))
-        print("steps with a learning signal: "
-              + ", ".join(f"{n} {r.steps_with_signal}/{r.steps}" for n, r in state.stages.items()))
-        payload = {"envs": self.eval_envs, "settings": {"max_tokens": self.settings.max_tokens,
-                                                       "limit": self.settings.limit, "sampling": "greedy"},
-                   "rows": [{"stage": label, "results": results} for label, results in rows],
-                   "teachers": {n: r.teachers for n, r in state.stages.items() if r.teachers}}
+        print(
+            "steps with a learning signal: "
+            + ", ".join(f"{n} {r.steps_with_signal}/{r.steps}" for n, r in state.stages.items())
+        )
+        payload = {
+            "envs": self.eval_envs,
+            "settings": {
+                "max_tokens": self.settings.max_tokens,
+                "limit": self.settings.limit,
+                "sampling": "greedy",
+            },
+            "rows": [{"stage": label, "results": results} for label, results in rows],
+            "teachers": {n: r.teachers for n, r in state.stages.items() if r.teachers},
+        }
         (self.out / EVAL_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         png = plot_eval(rows, self.eval_envs, self.out / PLOT_FILE)
         print(f"plot: {png}" if png else "plot skipped: matplotlib is not installed (pip install matplotlib)")
@@ -273,7 +315,11 @@ class CascadeRunner:
         print(f"cascade: {text}", file=self.log, flush=True)
 
 
-def run_pipeline(path: str | Path, overrides: list[str] | tuple[str, ...] = (), from_stage: str | None = None,
-                 **kwargs: Any) -> PipelineState:
+def run_pipeline(
+    path: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    from_stage: str | None = None,
+    **kwargs: Any,
+) -> PipelineState:
     """Load the pipeline file at ``path`` and run it (see ``CascadeRunner``)."""
     return CascadeRunner(load_pipeline(path, overrides), from_stage=from_stage, **kwargs).run()

@@ -66,9 +66,12 @@ def rng_state() -> dict[str, Any]:
     numpy_state = np.random.get_state(legacy=False)
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": {**numpy_state, "state": {"key": numpy_state["state"]["key"].tolist(),
-                                           "pos": int(numpy_state["state"]["pos"])},
-                  "has_gauss": int(numpy_state["has_gauss"]), "gauss": float(numpy_state["gauss"])},
+        "numpy": {
+            **numpy_state,
+            "state": {"key": numpy_state["state"]["key"].tolist(), "pos": int(numpy_state["state"]["pos"])},
+            "has_gauss": int(numpy_state["has_gauss"]),
+            "gauss": float(numpy_state["gauss"]),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():

@@ -48,8 +48,10 @@ def validate(config: Config) -> None:
     make_estimator(strategy.advantage, config.rollout)
     unknown = sorted(set(strategy.sources) - set(typing.get_args(SourceName)))
     if unknown:
-        raise ConfigError(f"algorithm {config.algorithm} reads log-prob source(s) {', '.join(unknown)}; "
-                          f"the trainer serves {', '.join(typing.get_args(SourceName))}")
+        raise ConfigError(
+            f"algorithm {config.algorithm} reads log-prob source(s) {', '.join(unknown)}; "
+            f"the trainer serves {', '.join(typing.get_args(SourceName))}"
+        )
     if "teacher" in strategy.sources:
         weights, _ = config.mix_weights()
         check_teachers(config.mopd, weights, config.rollout.temperature)

@@ -54,7 +54,9 @@ class ModelConfig(Section):
 
     def check(self) -> None:
         if not self.path.strip():
-            raise ConfigError("model.path must not be empty (a local Hugging Face model folder or 'embedded')")
+            raise ConfigError(
+                "model.path must not be empty (a local Hugging Face model folder or 'embedded')"
+            )
         if self.device != "auto":
             _check_device(self.device)
 
@@ -106,7 +108,9 @@ class RolloutConfig(Section):
         _number_in("rollout.top_p", self.top_p, low=0, high=1, low_open=True)
         _number_in("rollout.max_oversampling", self.max_oversampling, low=1, high=64)
         if self.mask_groups_below is not None and not _is_finite_number(self.mask_groups_below):
-            raise ConfigError(f"rollout.mask_groups_below must be a finite number or null, got {self.mask_groups_below!r}")
+            raise ConfigError(
+                f"rollout.mask_groups_below must be a finite number or null, got {self.mask_groups_below!r}"
+            )
 
 
 @dataclass
@@ -135,8 +139,13 @@ class OptimConfig(Section):
             raise ConfigError(f"optim.betas must be two numbers, got {self.betas!r}")
         for i, beta in enumerate(self.betas):
             _number_in(f"optim.betas[{i}]", beta, low=0, high=1, high_open=True)
-        _number_in("optim.warmup_start_lr", self.warmup_start_lr, low=0,
-                   high=self.lr if self.warmup_steps > 0 else None, hint=" (warmup climbs from it to optim.lr)")
+        _number_in(
+            "optim.warmup_start_lr",
+            self.warmup_start_lr,
+            low=0,
+            high=self.lr if self.warmup_steps > 0 else None,
+            hint=" (warmup climbs from it to optim.lr)",
+        )
 
 
 @dataclass
@@ -229,7 +238,9 @@ class RayConfig(Section):
         if self.env_actors < 0:
             raise ConfigError(f"ray.env_actors must be >= 0, got {self.env_actors}")
         if self.address is not None and not self.address.strip():
-            raise ConfigError("ray.address must be null (one process), 'auto' or a Ray cluster address, got an empty string")
+            raise ConfigError(
+                "ray.address must be null (one process), 'auto' or a Ray cluster address, got an empty string"
+            )
 
 
 @dataclass
@@ -251,7 +262,9 @@ class Config:
         return dataclasses.asdict(self)
 
     def sections(self) -> list[Section]:
-        return [value for f in dataclasses.fields(self) if isinstance(value := getattr(self, f.name), Section)]
+        return [
+            value for f in dataclasses.fields(self) if isinstance(value := getattr(self, f.name), Section)
+        ]
 
     def mix_weights(self) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
         """Weights and per-env kwargs of ``mix.envs`` (``rollout.thinking`` goes into every env's kwargs)."""
@@ -282,7 +295,9 @@ def model_path(path: str) -> Path:
         return Path(embedded_model_path())
     folder = Path(path).expanduser()
     if not folder.exists():
-        raise CascadeError(f"model path {path!r} does not exist (give a local Hugging Face model folder or 'embedded')")
+        raise CascadeError(
+            f"model path {path!r} does not exist (give a local Hugging Face model folder or 'embedded')"
+        )
     if not (folder / "config.json").is_file():
         raise CascadeError(f"model path {path!r} is not a Hugging Face model folder (no config.json)")
     return folder
@@ -333,8 +348,16 @@ def _is_finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _number_in(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-               low_open: bool = False, high_open: bool = False, hint: str = "") -> None:
+def _number_in(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    hint: str = "",
+) -> None:
     """``value`` must be a finite number in the interval (``low_open``: ``low`` excluded, likewise ``high``)."""
     ok = _is_finite_number(value)
     if ok and low is not None:
@@ -359,5 +382,7 @@ def _check_device(name: str) -> None:
     try:
         torch.device(name)
     except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"model.device must be auto or a torch device such as cpu or cuda:0, got {name!r}: "
-                          f"{str(exc).splitlines()[0]}") from None
+        raise ConfigError(
+            f"model.device must be auto or a torch device such as cpu or cuda:0, got {name!r}: "
+            f"{str(exc).splitlines()[0]}"
+        ) from None

@@ -33,6 +33,7 @@ from .model import load_model
 
 log = logging.getLogger("cascade_envs.trainer.evaluation")
 
+
 @dataclass
 class EvalSettings:
     """What every checkpoint of a pipeline is evaluated on (the pipeline file's ``eval:`` section)."""
@@ -51,16 +52,21 @@ class EvalSettings:
 
     def key(self, env_id: str) -> str:
         """A hash of everything that decides ``env_id``'s score (a stored score with another key is stale)."""
-        spec = {"kwargs": self.envs.get(env_id) or {}, "max_tokens": self.max_tokens, "limit": self.limit,
-                "group_size": self.group_size(env_id)}
+        spec = {
+            "kwargs": self.envs.get(env_id) or {},
+            "max_tokens": self.max_tokens,
+            "limit": self.limit,
+            "group_size": self.group_size(env_id),
+        }
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def group_size(self, env_id: str) -> int:
         return int(self.group_sizes.get(env_id, 1))
 
 
-def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
-                        env_ids: list[str] | None = None) -> dict[str, dict[str, Any]]:
+def evaluate_checkpoint(
+    path: str, model: ModelConfig, settings: EvalSettings, env_ids: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
     """Load the checkpoint at ``path`` (``embedded`` too) and score it on ``env_ids`` (default: all), one env
     after the other (prompt lengths differ by 100x between envs, so batching them together would pad every
     prompt to the longest); ``{env_id: {mean, questions, answers, scored, masked, errors, truncated,
@@ -76,12 +82,26 @@ def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
     try:
         for env_id in ids:
             results[env_id] = result = {
-                **score_env(engine, env_id, kwargs.get(env_id, {}), sampling, group_size=settings.group_size(env_id),
-                            limit=settings.limit, concurrency=settings.concurrency),
-                "key": settings.key(env_id)}
-            log.info("%s on %s: mean %s over %d scored answer(s), %d masked, %.1f s", path, env_id,
-                     "n/a" if result["mean"] is None else f"{result['mean']:.3f}", result["scored"],
-                     result["masked"], result["time_s"])
+                **score_env(
+                    engine,
+                    env_id,
+                    kwargs.get(env_id, {}),
+                    sampling,
+                    group_size=settings.group_size(env_id),
+                    limit=settings.limit,
+                    concurrency=settings.concurrency,
+                ),
+                "key": settings.key(env_id),
+            }
+            log.info(
+                "%s on %s: mean %s over %d scored answer(s), %d masked, %.1f s",
+                path,
+                env_id,
+                "n/a" if result["mean"] is None else f"{result['mean']:.3f}",
+                result["scored"],
+                result["masked"],
+                result["time_s"],
+            )
     finally:
         run_sync(engine.aclose())
         del engine, loaded
@@ -89,8 +109,16 @@ def evaluate_checkpoint(path: str, model: ModelConfig, settings: EvalSettings,
     return results
 
 
-def score_env(engine: Any, env_id: str, env_kwargs: dict[str, Any], sampling: SamplingParams, *,
-              group_size: int = 1, limit: int | None = None, concurrency: int = DEFAULT_CONCURRENCY) -> dict[str, Any]:
+def score_env(
+    engine: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    sampling: SamplingParams,
+    *,
+    group_size: int = 1,
+    limit: int | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> dict[str, Any]:
     """The first ``limit`` tasks of ``env_id`` (made with ``env_kwargs``) answered ``group_size`` times by
     ``engine``: ``{mean, questions, answers, scored, masked, errors, truncated, mask_reasons, time_s}``;
     masked answers are counted apart, never as 0 (``mean`` is ``None`` when nothing was scored)."""
@@ -100,7 +128,9 @@ def score_env(engine: Any, env_id: str, env_kwargs: dict[str, Any], sampling: Sa
         tasks = list(envs.env(env_id).tasks or ())[:limit]
         if not tasks:
             raise CascadeError(f"{env_id} has no tasks to evaluate; give it a tasks file")
-        runner = RolloutRunner(engine, sampling=sampling, group_size=group_size, envs=envs, concurrency=concurrency)
+        runner = RolloutRunner(
+            engine, sampling=sampling, group_size=group_size, envs=envs, concurrency=concurrency
+        )
         groups = runner.run([(env_id, task) for task in tasks])
     finally:
         envs.close()
@@ -172,13 +202,19 @@ def eval_table(rows: list[tuple[str, dict[str, dict[str, Any]]]], env_ids: list[
         cells.append(line)
     label_width = max([len(r[0]) for r in rows] + [5])
     widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
-    out = ["stage".ljust(label_width) + "  " + "  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True))]
+    out = [
+        "stage".ljust(label_width) + "  " + "  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True))
+    ]
     for (label, _), line in zip(rows, cells, strict=True):
-        out.append(label.ljust(label_width) + "  " + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
+        out.append(
+            label.ljust(label_width) + "  " + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True))
+        )
     return "\n".join(s.rstrip() for s in out)
 
 
-def plot_eval(rows: list[tuple[str, dict[str, dict[str, Any]]]], env_ids: list[str], path: str | Path) -> Path | None:
+def plot_eval(
+    rows: list[tuple[str, dict[str, dict[str, Any]]]], env_ids: list[str], path: str | Path
+) -> Path | None:
     """A PNG of every env's score after every stage (one line per env); ``None`` without matplotlib."""
     if importlib.util.find_spec("matplotlib") is None:
         return None

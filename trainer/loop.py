@@ -72,8 +72,15 @@ class Trainer:
     the train/inference mismatch metric).
     """
 
-    def __init__(self, config: Config, *, model: Any = None, tokenizer: Any = None, engine: RolloutEngine | None = None,
-                 teachers: LogprobSource | None = None):
+    def __init__(
+        self,
+        config: Config,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        engine: RolloutEngine | None = None,
+        teachers: LogprobSource | None = None,
+    ):
         validate(config)  # a Config built or changed in code gets the checks load_config makes
         self.config = config
         self.output_dir = check_output_dir(config.train.output_dir, create=True)
@@ -85,8 +92,12 @@ class Trainer:
         if config.ray.address is not None:
             from ..distributed import attach_ray
 
-            attach_ray(self.mix, config.ray.address, env_actors=config.ray.env_actors,
-                       actor_options=config.ray.actor_options)
+            attach_ray(
+                self.mix,
+                config.ray.address,
+                env_actors=config.ray.env_actors,
+                actor_options=config.ray.actor_options,
+            )
         resume_from = resume[0] if resume else None
         if model is None:
             model_path(config.model.path)  # a clear error for a bad path, even when resuming
@@ -105,11 +116,17 @@ class Trainer:
         o = config.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
-            lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay,
+            lr=o.lr,
+            betas=(o.betas[0], o.betas[1]),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
         )
         self.engine = engine or make_engine(config.rollout, model, tokenizer)
         self.builder = BatchBuilder(
-            self.engine, self.mix, make_estimator(self.strategy.advantage, config.rollout), config.rollout,
+            self.engine,
+            self.mix,
+            make_estimator(self.strategy.advantage, config.rollout),
+            config.rollout,
             results_path=self.output_dir / "rollouts.jsonl" if config.train.save_rollouts else None,
         )
         self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)
@@ -129,9 +146,18 @@ class Trainer:
         builders: dict[str, Callable[[], LogprobSource]] = {
             "inference": InferenceLogprobs,
             "reference": self._reference,
-            "teacher": lambda: teachers or load_teachers(
-                c.mopd, c.mix_weights()[0], temperature=c.rollout.temperature, micro_batch_size=c.optim.micro_batch_size,
-                student=self.model, student_tokenizer=self.tokenizer, pad_id=self.pad_id),
+            "teacher": lambda: (
+                teachers
+                or load_teachers(
+                    c.mopd,
+                    c.mix_weights()[0],
+                    temperature=c.rollout.temperature,
+                    micro_batch_size=c.optim.micro_batch_size,
+                    student=self.model,
+                    student_tokenizer=self.tokenizer,
+                    pad_id=self.pad_id,
+                )
+            ),
         }
         return {name: builders[name]() for name in sorted({"inference", *self.strategy.sources})}
 
@@ -139,9 +165,15 @@ class Trainer:
         """The frozen KL reference: the model the run started from (``model.path``), not a checkpoint, scoring
         every env with the policy's micro-batches, temperature and autocast."""
         reference, _ = load_model(self.config.model)
-        return HFScorer("reference", reference, pad_id=self.pad_id, micro_batch_size=self.config.optim.micro_batch_size,
-                        temperature=self.config.rollout.temperature, top1=False,
-                        autocast=lambda: autocast(self.config.model, self.device))
+        return HFScorer(
+            "reference",
+            reference,
+            pad_id=self.pad_id,
+            micro_batch_size=self.config.optim.micro_batch_size,
+            temperature=self.config.rollout.temperature,
+            top1=False,
+            autocast=lambda: autocast(self.config.model, self.device),
+        )
 
     def _find_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
         """The newest readable checkpoint and its state; unreadable ones are skipped with a warning."""
@@ -172,13 +204,25 @@ class Trainer:
 
     def save(self) -> Path:
         """Write a checkpoint of the current step; refuses weights that are no longer finite."""
-        bad = next((name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+        bad = next(
+            (name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())), None
+        )
         if bad is not None:
-            where = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "none was written"
-            raise TrainingError(f"step {self.step}: weight {bad} is not finite, so no checkpoint was written ({where}). "
-                                "Lower optim.lr, or use float32 (model.dtype=float32).")
-        state = {"optimizer": self.optimizer.state_dict(), "mix": self.mix.state_dict(), "batch": self.builder.state_dict(),
-                 "config": self.config.to_dict()}
+            where = (
+                f"the last good checkpoint is {self.last_checkpoint}"
+                if self.last_checkpoint
+                else "none was written"
+            )
+            raise TrainingError(
+                f"step {self.step}: weight {bad} is not finite, so no checkpoint was written ({where}). "
+                "Lower optim.lr, or use float32 (model.dtype=float32)."
+            )
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "mix": self.mix.state_dict(),
+            "batch": self.builder.state_dict(),
+            "config": self.config.to_dict(),
+        }
         self.last_checkpoint = ckpt.save_checkpoint(
             self.output_dir, self.step, self.model, self.tokenizer, state, self.config.train.keep_checkpoints
         )
@@ -202,8 +246,11 @@ class Trainer:
             while self.step < t.steps:
                 metrics = self.train_step()
                 bar.update(1)
-                bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                                fill=f"{metrics['batch/fill_ratio']:.2f}", refresh=False)
+                bar.set_postfix(
+                    reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
+                    fill=f"{metrics['batch/fill_ratio']:.2f}",
+                    refresh=False,
+                )
                 if self.step % t.save_every == 0 or self.step == t.steps:
                     self.save()
         finally:
@@ -281,11 +328,22 @@ class Trainer:
         for part in micro_batches(sequences, o.micro_batch_size):
             rows = [sequences[i] for i in part]
             mb = collate(rows, self.pad_id, self.device)
-            tensors = {name: source_tensors([scores[name][i] for i in part], rows, mb.response_ids.shape[1], self.device)
-                       for name in scores}
+            tensors = {
+                name: source_tensors(
+                    [scores[name][i] for i in part], rows, mb.response_ids.shape[1], self.device
+                )
+                for name in scores
+            }
             logp, entropy = token_logprobs(self._logits(mb), mb.response_ids, entropy=True)
-            inputs = LossInputs(logp, mb.response_mask, mb.advantages, float(n_tokens), n_sequences,
-                                {name: tensors[name] for name in self.strategy.sources}, tuple(s.env_id for s in rows))
+            inputs = LossInputs(
+                logp,
+                mb.response_mask,
+                mb.advantages,
+                float(n_tokens),
+                n_sequences,
+                {name: tensors[name] for name in self.strategy.sources},
+                tuple(s.env_id for s in rows),
+            )
             loss, part_sums = self.strategy.loss(inputs)
             loss.backward()
             loss_sum += loss.item()
@@ -337,7 +395,11 @@ class Trainer:
 
     def _fail(self, step: int, what: str) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        where = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint was written yet"
+        where = (
+            f"the last good checkpoint is {self.last_checkpoint}"
+            if self.last_checkpoint
+            else "no checkpoint was written yet"
+        )
         raise TrainingError(
             f"step {step}: {what}; training stopped before the optimizer step (weights unchanged), {where}. "
             "Lower optim.lr, check the env's rewards, or use float32 (model.dtype=float32)."
@@ -360,7 +422,10 @@ def warmup_lr(optim: OptimConfig, step: int) -> float:
     step ``warmup_steps`` (so the climb takes exactly ``warmup_steps`` steps), then ``lr``."""
     if optim.warmup_steps <= 0 or step > optim.warmup_steps:
         return float(optim.lr)
-    return float(optim.warmup_start_lr + (optim.lr - optim.warmup_start_lr) * (step - 1) / max(optim.warmup_steps - 1, 1))
+    return float(
+        optim.warmup_start_lr
+        + (optim.lr - optim.warmup_start_lr) * (step - 1) / max(optim.warmup_steps - 1, 1)
+    )
 
 
 def _logprob_mismatch(logp: torch.Tensor, mask: torch.Tensor, inference: SourceTensors) -> tuple[float, int]:
@@ -380,5 +445,7 @@ def _pad_id(tokenizer: Any) -> int:
 def _load_weights(model: Any, path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    loaded = AutoModelForCausalLM.from_pretrained(path, dtype=next(model.parameters()).dtype, use_safetensors=True)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        path, dtype=next(model.parameters()).dtype, use_safetensors=True
+    )
     model.load_state_dict(loaded.state_dict())

@@ -91,7 +91,9 @@ def grpo_loss(
 NORMALIZATIONS = ("response", "token")
 
 
-def importance_weight(logp_train: Tensor, logp_inf: Tensor, keep: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+def importance_weight(
+    logp_train: Tensor, logp_inf: Tensor, keep: Tensor, eps_low: float, eps_high: float
+) -> tuple[Tensor, Tensor]:
     """MOPD's truncated importance weight ``sg(pi_train / pi_inf) * 1[eps_low <= ratio <= eps_high]``.
 
     Returns ``(weight, gated)``; ``gated`` marks valid tokens the gate removed. Where the inference

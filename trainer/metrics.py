@@ -74,7 +74,9 @@ class MetricsLogger:
     def history(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [
+            json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
 
     def close(self) -> None:
         if self._writer is not None:
@@ -112,12 +114,17 @@ def heldout_line(heldout: dict[str, dict[str, Any]]) -> str | None:
     if not heldout:
         return None
     any_result = heldout.get("trained") or heldout["base"]
-    scores = [f"{when} {_fmt(r['mean'] if r['mean'] is not None else math.nan)}"
-              for when in ("base", "trained") if (r := heldout.get(when))]
+    scores = [
+        f"{when} {_fmt(r['mean'] if r['mean'] is not None else math.nan)}"
+        for when in ("base", "trained")
+        if (r := heldout.get(when))
+    ]
     masked = sum(r["masked"] for r in heldout.values())
     note = f", {masked} answer(s) masked by verifier errors" if masked else ""
-    return (f"held-out ({any_result['questions']} questions of {any_result['env']} never trained on, "
-            f"{any_result['sampling']}{note}): {' -> '.join(scores)}")
+    return (
+        f"held-out ({any_result['questions']} questions of {any_result['env']} never trained on, "
+        f"{any_result['sampling']}{note}): {' -> '.join(scores)}"
+    )
 
 
 def _fmt(value: float, sign: bool = False) -> str:
@@ -143,8 +150,13 @@ def plot_rewards(history: list[dict[str, Any]], path: str | Path, algorithm: str
         points = [(h["step"], h[key]) for h in steps if h.get(key) is not None]
         if points:
             xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", linewidth=2.5 if key == "reward/mean" else 1.2,
-                    label="mean" if key == "reward/mean" else key.removeprefix("reward/"))
+            ax.plot(
+                xs,
+                ys,
+                marker="o",
+                linewidth=2.5 if key == "reward/mean" else 1.2,
+                label="mean" if key == "reward/mean" else key.removeprefix("reward/"),
+            )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("reward")

@@ -170,14 +170,20 @@ def _full_logits(model: Any, mb: MicroBatch) -> Tensor:
     kwargs: dict[str, Any] = {"use_cache": False}
     if _accepts_logits_to_keep(model):
         kwargs["logits_to_keep"] = r + 1
-    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, **kwargs)
+    out = model(
+        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, **kwargs
+    )
     logits = out.logits[:, -(r + 1) : -1, :]
     return logits
 
 
 def _is_checkpointing(model: Any) -> bool:
     """Whether activation checkpointing is on (transformers 5 renamed the property)."""
-    name = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    name = (
+        "is_activation_checkpointing"
+        if hasattr(type(model), "is_activation_checkpointing")
+        else "is_gradient_checkpointing"
+    )
     return bool(getattr(model, name, False))
 
 
@@ -196,7 +202,13 @@ def _shared_prompt_logits(model: Any, mb: MicroBatch) -> Tensor | None:
     pad = int(mb.input_ids[0, 0]) if mb.attention_mask[0, 0] == 0 else 0
     ids, attn = (t.to(device) for t in left_pad([list(x) for x in index], pad))
     kwargs: dict[str, Any] = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
-    out = model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0), use_cache=True, **kwargs)
+    out = model(
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
+        use_cache=True,
+        **kwargs,
+    )
     cache = _output_cache(out)
     if cache is None or not hasattr(cache, "reorder_cache"):
         return None
@@ -206,7 +218,9 @@ def _shared_prompt_logits(model: Any, mb: MicroBatch) -> Tensor | None:
     if r == 1:
         return first
     cache.reorder_cache(select)
-    resp_attn = mb.attention_mask[:, -r:][:, : r - 1]  # padding mask of the responses: env tokens stay visible
+    resp_attn = mb.attention_mask[:, -r:][
+        :, : r - 1
+    ]  # padding mask of the responses: env tokens stay visible
     lengths = attn.sum(-1).index_select(0, select)
     positions = lengths.unsqueeze(-1) + torch.arange(r - 1, device=device)
     rest = model(
@@ -249,5 +263,8 @@ def token_logprobs(logits: Tensor, tokens: Tensor, entropy: bool = False) -> Ten
 
 def micro_batches(sequences: Sequence[TrainSequence], size: int) -> list[list[int]]:
     """The indices of each micro-batch: sequences of similar lengths together (less padding), deterministic."""
-    order = sorted(range(len(sequences)), key=lambda i: (len(sequences[i].prompt_ids) + len(sequences[i].response_ids), i))
+    order = sorted(
+        range(len(sequences)),
+        key=lambda i: (len(sequences[i].prompt_ids) + len(sequences[i].response_ids), i),
+    )
     return [order[i : i + size] for i in range(0, len(order), size)]

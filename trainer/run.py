@@ -14,9 +14,12 @@ from .metrics import heldout_line, plot_rewards, reward_table
 def run_training(config: Config, source: str) -> tuple[Trainer, list[dict[str, Any]]]:
     """Train ``config`` to its last step, printing the run's summary; returns the trainer and its history."""
     print(f"cascade-envs train: {config.name} from {source}", file=sys.stderr)
-    print(f"  model {config.model.path}, envs {', '.join(config.mix.envs)}, {config.train.steps} steps, "
-          f"{config.rollout.prompts_per_step} prompts x {config.rollout.group_size} rollouts per step, "
-          f"output {config.train.output_dir}", file=sys.stderr)
+    print(
+        f"  model {config.model.path}, envs {', '.join(config.mix.envs)}, {config.train.steps} steps, "
+        f"{config.rollout.prompts_per_step} prompts x {config.rollout.group_size} rollouts per step, "
+        f"output {config.train.output_dir}",
+        file=sys.stderr,
+    )
     trainer = Trainer(config)
     if trainer.resumed_from is not None:
         print(f"resumed from step {trainer.step} ({trainer.resumed_from})", file=sys.stderr)
@@ -27,8 +30,10 @@ def run_training(config: Config, source: str) -> tuple[Trainer, list[dict[str, A
     skipped = sum(1 for h in history if h.get("skipped"))
     print(reward_table(history))
     if skipped:
-        print(f"{skipped} step(s) skipped: no group had a learning signal (all-equal rewards or masked samples; "
-              "see metrics.jsonl)")
+        print(
+            f"{skipped} step(s) skipped: no group had a learning signal (all-equal rewards or masked samples; "
+            "see metrics.jsonl)"
+        )
     line = heldout_line(trainer.heldout)
     if line:
         print(line)

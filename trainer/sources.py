@@ -63,9 +63,17 @@ class HFScorer:
     most likely one.
     """
 
-    def __init__(self, name: str, model: Any, *, pad_id: int, micro_batch_size: int, temperature: float = 1.0,
-                 top1: bool = True,
-                 autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: Any,
+        *,
+        pad_id: int,
+        micro_batch_size: int,
+        temperature: float = 1.0,
+        top1: bool = True,
+        autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> None:
         self.name = name
         self.model = model.eval().requires_grad_(False)
         self.pad_id = pad_id
@@ -89,7 +97,9 @@ class HFScorer:
             top1 = logits.argmax(dim=-1) == mb.response_ids if self.top1 else None
             for row, i in enumerate(part):
                 n = len(sequences[i].response_ids)
-                out[i] = TokenScores(logp[row, :n].tolist(), top1[row, :n].tolist() if top1 is not None else None)
+                out[i] = TokenScores(
+                    logp[row, :n].tolist(), top1[row, :n].tolist() if top1 is not None else None
+                )
         return out
 
 
@@ -97,7 +107,9 @@ class RoutedSource:
     """A source that sends each sequence to the scorer of its env: ``scorers`` by key, ``assignment``
     maps each env id to a key. Each scorer is called once per step, with all of its sequences."""
 
-    def __init__(self, name: str, scorers: Mapping[str, LogprobSource], assignment: Mapping[str, str]) -> None:
+    def __init__(
+        self, name: str, scorers: Mapping[str, LogprobSource], assignment: Mapping[str, str]
+    ) -> None:
         unknown = sorted(set(assignment.values()) - set(scorers))
         if unknown:
             raise ConfigError(f"{name}: no scorer for {', '.join(unknown)}")
@@ -119,24 +131,31 @@ class RoutedSource:
             scored = self.scorers[key].score([sequences[i] for i in members])
             for i, scores in zip(members, scored, strict=True):
                 if len(scores.logprobs) != len(sequences[i].response_ids):
-                    raise CascadeError(f"{self.name} {key} scored {len(scores.logprobs)} of "
-                                       f"{len(sequences[i].response_ids)} tokens")
+                    raise CascadeError(
+                        f"{self.name} {key} scored {len(scores.logprobs)} of "
+                        f"{len(sequences[i].response_ids)} tokens"
+                    )
                 out[i] = scores
         return out
 
 
-def source_tensors(scores: Sequence[TokenScores], sequences: Sequence[TrainSequence], width: int,
-                   device: torch.device) -> SourceTensors:
+def source_tensors(
+    scores: Sequence[TokenScores], sequences: Sequence[TrainSequence], width: int, device: torch.device
+) -> SourceTensors:
     """One source's scores of a micro-batch's sequences, padded to ``width`` response columns: the values
     on trained tokens, NaN elsewhere (``top1``: 1.0/0.0, and 0.0 elsewhere; ``None`` when no score has it)."""
     masks = [list(seq.loss_mask or ()) for seq in sequences]
-    rows = [_padded(sc.logprobs, len(seq.response_ids), width, mask)
-            for sc, seq, mask in zip(scores, sequences, masks, strict=True)]
+    rows = [
+        _padded(sc.logprobs, len(seq.response_ids), width, mask)
+        for sc, seq, mask in zip(scores, sequences, masks, strict=True)
+    ]
     top1 = None
     if any(sc.top1 is not None for sc in scores):
         flags = [[float(x) for x in sc.top1] if sc.top1 is not None else None for sc in scores]
-        top1 = [[0.0 if v != v else v for v in _padded(flag, len(seq.response_ids), width, mask)]  # NaN -> 0
-                for flag, seq, mask in zip(flags, sequences, masks, strict=True)]
+        top1 = [
+            [0.0 if v != v else v for v in _padded(flag, len(seq.response_ids), width, mask)]  # NaN -> 0
+            for flag, seq, mask in zip(flags, sequences, masks, strict=True)
+        ]
     return SourceTensors(
         torch.tensor(rows, dtype=torch.float32, device=device),
         torch.tensor(top1, dtype=torch.float32, device=device) if top1 is not None else None,

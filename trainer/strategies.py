@@ -63,7 +63,9 @@ class LossInputs:
 
     def source(self, name: SourceName) -> SourceTensors:
         if name not in self.sources:
-            raise ValueError(f"the loss reads the {name} log-probs, but its strategy does not declare that source")
+            raise ValueError(
+                f"the loss reads the {name} log-probs, but its strategy does not declare that source"
+            )
         return self.sources[name]
 
 
@@ -93,8 +95,9 @@ class GRPO(LossStrategy):
 
     def loss(self, inputs: LossInputs) -> tuple[Tensor, dict[str, float]]:
         reference = inputs.source("reference").logp if "reference" in self.sources else None
-        loss = grpo_loss(inputs.logp, inputs.advantages, inputs.mask, reference, self.kl_coef,
-                         num_tokens=inputs.num_tokens)
+        loss = grpo_loss(
+            inputs.logp, inputs.advantages, inputs.mask, reference, self.kl_coef, num_tokens=inputs.num_tokens
+        )
         metrics: dict[str, float] = {}
         if reference is not None:
             kl = k3_kl(inputs.logp.detach(), reference)
@@ -125,11 +128,20 @@ class MOPD(LossStrategy):
         keep = inputs.mask.bool()
         unscored = int((keep & ~torch.isfinite(teacher.logp)).sum())
         if unscored:
-            raise ValueError(f"MOPD: {unscored} trained token(s) have no teacher log-prob "
-                             "(the teacher source must score every sequence)")
+            raise ValueError(
+                f"MOPD: {unscored} trained token(s) have no teacher log-prob "
+                "(the teacher source must score every sequence)"
+            )
         loss = mopd_loss(
-            inputs.logp, inference, teacher.logp, inputs.mask, self.eps_low, self.eps_high,
-            normalization=self.normalization, num_tokens=inputs.num_tokens, num_sequences=inputs.num_sequences,
+            inputs.logp,
+            inference,
+            teacher.logp,
+            inputs.mask,
+            self.eps_low,
+            self.eps_high,
+            normalization=self.normalization,
+            num_tokens=inputs.num_tokens,
+            num_sequences=inputs.num_sequences,
         )
         logp = inputs.logp.detach().float()
         _, gated = importance_weight(logp, inference, keep, self.eps_low, self.eps_high)
@@ -181,6 +193,8 @@ def make_strategy(name: str, optim: OptimConfig, mopd: MOPDConfig) -> LossStrate
         raise ConfigError(f"algorithm: {exc}") from None
     strategy = spec.load()(optim, mopd)
     if not isinstance(strategy, LossStrategy):
-        raise ConfigError(f"algorithm: {name} (entry point {spec.entry_point!r} of plugin {spec.plugin!r}) made a "
-                          f"{type(strategy).__name__}, not a LossStrategy")
+        raise ConfigError(
+            f"algorithm: {name} (entry point {spec.entry_point!r} of plugin {spec.plugin!r}) made a "
+            f"{type(strategy).__name__}, not a LossStrategy"
+        )
     return strategy

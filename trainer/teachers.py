@@ -44,21 +44,27 @@ def _where(mopd: MOPDConfig, env_id: str) -> str:
 def check_teachers(mopd: MOPDConfig, env_ids: Iterable[str], temperature: float) -> None:
     """Every mix env has a teacher whose folder exists (``ConfigError`` naming the key)."""
     if mopd.teacher_engine == "vllm" and temperature not in GREEDY_TEMPERATURES:
-        raise ConfigError(f"mopd.teacher_engine: vllm scores with the raw (T = 1) distribution, but rollout.temperature "
-                          f"is {temperature}; use mopd.teacher_engine: hf or rollout.temperature: 1")
+        raise ConfigError(
+            f"mopd.teacher_engine: vllm scores with the raw (T = 1) distribution, but rollout.temperature "
+            f"is {temperature}; use mopd.teacher_engine: hf or rollout.temperature: 1"
+        )
     env_ids = list(env_ids)
     missing = [env_id for env_id in env_ids if env_id not in teacher_refs(mopd, env_ids)]
     if missing:
-        raise ConfigError(f"mopd.teachers has no teacher for mix env(s) {', '.join(missing)}: add "
-                          "mopd.teachers.<env id>=<checkpoint folder> or set mopd.default_teacher")
+        raise ConfigError(
+            f"mopd.teachers has no teacher for mix env(s) {', '.join(missing)}: add "
+            "mopd.teachers.<env id>=<checkpoint folder> or set mopd.default_teacher"
+        )
     entries = {f"mopd.teachers.{env_id}": path for env_id, path in mopd.teachers.items()}
     if mopd.default_teacher is not None:
         entries["mopd.default_teacher"] = mopd.default_teacher
     auto = [key for key, path in entries.items() if path == AUTO]
     if auto:
-        raise ConfigError(f"{', '.join(auto)}: 'auto' is resolved only by a cascade pipeline (cascade-envs train "
-                          "cascade.yaml picks each domain's teacher from earlier stages); to run this config on its "
-                          "own, set each with --set <key>=<teacher checkpoint folder>")
+        raise ConfigError(
+            f"{', '.join(auto)}: 'auto' is resolved only by a cascade pipeline (cascade-envs train "
+            "cascade.yaml picks each domain's teacher from earlier stages); to run this config on its "
+            "own, set each with --set <key>=<teacher checkpoint folder>"
+        )
     for key, path in entries.items():
         if not isinstance(path, str) or not path.strip():
             raise ConfigError(f"{key} must be a teacher checkpoint folder or 'embedded', got {path!r}")
@@ -80,8 +86,13 @@ class Candidate:
     scores: dict[str, dict[str, Any]]
 
 
-def choose_teachers(stage: str, refs: dict[str, str], candidates: list[Candidate], eval_envs: list[str],
-                    stages: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+def choose_teachers(
+    stage: str,
+    refs: dict[str, str],
+    candidates: list[Candidate],
+    eval_envs: list[str],
+    stages: Iterable[str] = (),
+) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
     """Resolve ``refs`` (``auto``, a candidate's label, or a folder) against ``candidates`` (in pipeline
     order; ``stages``: every stage's name, so one that has not run yet is refused); returns the teacher
     folders and, per env, the choice made and why."""
@@ -92,18 +103,27 @@ def choose_teachers(stage: str, refs: dict[str, str], candidates: list[Candidate
         key = f"stage {stage}: mopd.teachers.{env_id}"
         if ref == AUTO:
             if env_id not in eval_envs:
-                raise ConfigError(f"{key} is auto, but {env_id} is not evaluated: add it to eval.envs (with held-out "
-                                  "tasks) so the teacher can be chosen by score, or name a checkpoint")
+                raise ConfigError(
+                    f"{key} is auto, but {env_id} is not evaluated: add it to eval.envs (with held-out "
+                    "tasks) so the teacher can be chosen by score, or name a checkpoint"
+                )
             means = [(c, (c.scores.get(env_id) or {}).get("mean")) for c in candidates]
             scored = [(c, float(v)) for c, v in means if isinstance(v, (int, float))]
             if not scored:
-                raise ConfigError(f"{key} is auto, but no checkpoint has a score on {env_id} (every answer was "
-                                  "masked or it was never evaluated): fix its judge/verifier or name a checkpoint")
+                raise ConfigError(
+                    f"{key} is auto, but no checkpoint has a score on {env_id} (every answer was "
+                    "masked or it was never evaluated): fix its judge/verifier or name a checkpoint"
+                )
             best = max(value for _, value in scored)
             chosen = [c for c, value in scored if value == best][-1]  # ties: the later stage
             teachers[env_id] = chosen.checkpoint
-            choices[env_id] = {"from": chosen.label, "checkpoint": chosen.checkpoint, "score": best, "rule": "auto",
-                               "scores": {c.label: value for c, value in scored}}
+            choices[env_id] = {
+                "from": chosen.label,
+                "checkpoint": chosen.checkpoint,
+                "score": best,
+                "rule": "auto",
+                "scores": {c.label: value for c, value in scored},
+            }
         elif ref in by_label:
             teachers[env_id] = by_label[ref].checkpoint
             choices[env_id] = {"from": ref, "checkpoint": by_label[ref].checkpoint, "rule": "named"}
@@ -118,7 +138,9 @@ def choose_teachers(stage: str, refs: dict[str, str], candidates: list[Candidate
 def teacher_line(stage: str, choices: dict[str, dict[str, Any]]) -> str:
     parts = []
     for env_id, choice in choices.items():
-        score = f" ({choice['score']:.3f}, best of {len(choice['scores'])})" if choice["rule"] == "auto" else ""
+        score = (
+            f" ({choice['score']:.3f}, best of {len(choice['scores'])})" if choice["rule"] == "auto" else ""
+        )
         parts.append(f"{env_id} <- {choice['from']}{score}")
     return f"{stage}: MOPD teachers: " + "; ".join(parts)
 
@@ -133,21 +155,35 @@ def teacher_dtype(name: WeightDtype, device: torch.device) -> WeightDtype:
     return name
 
 
-def check_same_vocabulary(name: str, t_size: int, teacher_tokenizer: Any, student: Any, student_tokenizer: Any) -> None:
+def check_same_vocabulary(
+    name: str, t_size: int, teacher_tokenizer: Any, student: Any, student_tokenizer: Any
+) -> None:
     """``ConfigError`` naming the teacher unless it shares the student's tokenizer and output vocabulary
     (``t_size``: the teacher's output vocabulary size)."""
     s_size = student.get_output_embeddings().weight.shape[0]
     if t_size != s_size:
-        raise ConfigError(f"{name}: the teacher's vocabulary has {t_size} entries, the student's {s_size}; "
-                          "MOPD teachers must share the student's tokenizer")
+        raise ConfigError(
+            f"{name}: the teacher's vocabulary has {t_size} entries, the student's {s_size}; "
+            "MOPD teachers must share the student's tokenizer"
+        )
     tokenizers = (teacher_tokenizer, student_tokenizer)
     if None not in tokenizers and teacher_tokenizer.get_vocab() != student_tokenizer.get_vocab():
-        raise ConfigError(f"{name}: the teacher's tokenizer differs from the student's; "
-                          "MOPD teachers must share the student's tokenizer")
+        raise ConfigError(
+            f"{name}: the teacher's tokenizer differs from the student's; "
+            "MOPD teachers must share the student's tokenizer"
+        )
 
 
-def load_teachers(mopd: MOPDConfig, env_ids: Iterable[str], *, temperature: float, micro_batch_size: int,
-                  student: Any, student_tokenizer: Any, pad_id: int) -> RoutedSource:
+def load_teachers(
+    mopd: MOPDConfig,
+    env_ids: Iterable[str],
+    *,
+    temperature: float,
+    micro_batch_size: int,
+    student: Any,
+    student_tokenizer: Any,
+    pad_id: int,
+) -> RoutedSource:
     """The ``teacher`` source of ``env_ids``: each distinct folder loaded once, its vocabulary checked."""
     device = next(student.parameters()).device
     dtype = teacher_dtype(mopd.teacher_dtype, device)
@@ -167,7 +203,14 @@ def load_teachers(mopd: MOPDConfig, env_ids: Iterable[str], *, temperature: floa
             continue
         model_config = ModelConfig(path=path, dtype=dtype, device=str(device), gradient_checkpointing=False)
         model, tokenizer = load_model(model_config)
-        check_same_vocabulary(where, model.get_output_embeddings().weight.shape[0], tokenizer, student, student_tokenizer)
-        scorers[folder] = HFScorer(_where(mopd, env_id), model, pad_id=pad_id, micro_batch_size=micro_batch_size,
-                                   temperature=temperature)
+        check_same_vocabulary(
+            where, model.get_output_embeddings().weight.shape[0], tokenizer, student, student_tokenizer
+        )
+        scorers[folder] = HFScorer(
+            _where(mopd, env_id),
+            model,
+            pad_id=pad_id,
+            micro_batch_size=micro_batch_size,
+            temperature=temperature,
+        )
     return RoutedSource("teacher", scorers, assignment)

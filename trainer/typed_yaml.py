@@ -36,8 +36,11 @@ def build(cls: type[T], data: Any, where: str = "") -> T:
             hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(names)})"
             raise ConfigError(f"unknown config key {path!r}{hint}")
         values[key] = check_value(value, hints[key], path)
-    required = [f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]  # cls is a dataclass
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]  # cls is a dataclass
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     missing = [name for name in required if name not in values]
     if missing:
         raise ConfigError(f"{where or 'config'}: missing key(s) {', '.join(missing)}")
@@ -97,7 +100,13 @@ def _alternatives(tp: Any) -> list[str]:
         return [word for option in typing.get_args(tp) for word in _alternatives(option)]
     if typing.get_origin(tp) is Literal:
         return [str(option) for option in typing.get_args(tp)]
-    words = {bool: ["true", "false"], type(None): ["null"], int: ["an integer"], float: ["a number"], str: ["a string"]}
+    words = {
+        bool: ["true", "false"],
+        type(None): ["null"],
+        int: ["an integer"],
+        float: ["a number"],
+        str: ["a string"],
+    }
     return words.get(tp, [getattr(tp, "__name__", str(tp))])
 
 

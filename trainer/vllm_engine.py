@@ -55,7 +55,6 @@ from .vllm_setup import checkpoint_names, in_process_vllm_environment, model_fol
 log = logging.getLogger("cascade_envs.trainer.vllm")
 
 
-
 @dataclass
 class _Request:
     request_id: str
@@ -100,10 +99,15 @@ class VLLMEngine:
         self.bucket_mb = bucket_mb
         self.sleep_supported = bool(enable_sleep_mode) and current_platform.is_sleep_mode_available()
         if enable_sleep_mode and not self.sleep_supported:
-            log.info("vLLM has no sleep mode on %s: sleep()/wake_up() will do nothing", current_platform.device_type)
+            log.info(
+                "vLLM has no sleep mode on %s: sleep()/wake_up() will do nothing",
+                current_platform.device_type,
+            )
         if enforce_eager is None:
             enforce_eager = current_platform.is_cpu()
-        tokenizer_source = tokenizer if isinstance(tokenizer, (str, Path)) else getattr(tokenizer, "name_or_path", None)
+        tokenizer_source = (
+            tokenizer if isinstance(tokenizer, (str, Path)) else getattr(tokenizer, "name_or_path", None)
+        )
         llm_kwargs.setdefault("generation_config", "vllm")  # explicit sampling only, no model defaults
         self.llm = vllm.LLM(
             model=str(path),
@@ -146,7 +150,9 @@ class VLLMEngine:
         return render_chat_prompt(self.tokenizer, messages, thinking)
 
     def encode_prompt(self, messages: list[Message], thinking: bool = True) -> list[int]:
-        return list(self.tokenizer(self.render_prompt(messages, thinking), add_special_tokens=False)["input_ids"])
+        return list(
+            self.tokenizer(self.render_prompt(messages, thinking), add_special_tokens=False)["input_ids"]
+        )
 
     def _params(self, sampling: SamplingParams) -> Any:
         from vllm.sampling_params import RequestOutputKind
@@ -176,7 +182,9 @@ class VLLMEngine:
             raise PolicyError(f"the vLLM engine failed earlier: {self._failure}")
         prompt_ids = self.encode_prompt(messages, thinking)
         if len(prompt_ids) >= self.max_model_len:
-            raise ContextOverflowError(f"the prompt has {len(prompt_ids)} tokens; max_model_len is {self.max_model_len}")
+            raise ContextOverflowError(
+                f"the prompt has {len(prompt_ids)} tokens; max_model_len is {self.max_model_len}"
+            )
         return _Request(str(next(self._ids)), prompt_ids, self._params(sampling), concurrent.futures.Future())
 
     def _submit(self, requests: list[_Request]) -> list[concurrent.futures.Future]:
@@ -195,7 +203,11 @@ class VLLMEngine:
     # -- generation ------------------------------------------------------------------------------
 
     def generate(
-        self, prompts: Sequence[list[Message]], sampling: SamplingParams | None = None, *, thinking: bool = True
+        self,
+        prompts: Sequence[list[Message]],
+        sampling: SamplingParams | None = None,
+        *,
+        thinking: bool = True,
     ) -> list[Completion]:
         """Complete each message list once (blocking); results in input order."""
         sampling = sampling or SamplingParams()
@@ -252,7 +264,9 @@ class VLLMEngine:
                         self._engine.abort_request([item])
                 elif not item.future.cancelled():
                     try:
-                        self._engine.add_request(item.request_id, {"prompt_token_ids": item.prompt_ids}, item.params)
+                        self._engine.add_request(
+                            item.request_id, {"prompt_token_ids": item.prompt_ids}, item.params
+                        )
                         self._inflight[item.request_id] = item
                     except Exception as exc:  # a request vLLM rejects fails alone
                         _settle(item.future, error=PolicyError(f"vLLM rejected the request: {exc}"))
@@ -285,7 +299,9 @@ class VLLMEngine:
         if self._closed:
             raise PolicyError("this VLLMEngine was closed")
         named = list(model.named_parameters() if hasattr(model, "named_parameters") else model)
-        unknown = [n for n, _ in named if self._checkpoint_names is not None and n not in self._checkpoint_names]
+        unknown = [
+            n for n, _ in named if self._checkpoint_names is not None and n not in self._checkpoint_names
+        ]
         if unknown:
             raise CascadeError(
                 f"sync_weights: {len(unknown)} name(s) not in the checkpoint vLLM loaded, e.g. {unknown[:3]} "
@@ -295,7 +311,10 @@ class VLLMEngine:
         start = time.perf_counter()
         with self._lock:
             if self._inflight:
-                log.warning("sync_weights with %d request(s) in flight: they finish with the new weights", len(self._inflight))
+                log.warning(
+                    "sync_weights with %d request(s) in flight: they finish with the new weights",
+                    len(self._inflight),
+                )
             self._wake(["weights"])
             self.llm.collective_rpc(
                 "reload_weights",
@@ -381,7 +400,9 @@ def _completion(out: Any, prompt_ids: list[int]) -> Completion:
     """A finished vLLM ``RequestOutput`` as a ``Completion`` (sampled-token logprobs, ids, reason)."""
     sample = out.outputs[0]
     token_ids = list(sample.token_ids)
-    logprobs = [float(step[token].logprob) for step, token in zip(sample.logprobs or [], token_ids, strict=False)]
+    logprobs = [
+        float(step[token].logprob) for step, token in zip(sample.logprobs or [], token_ids, strict=False)
+    ]
     if len(logprobs) != len(token_ids):
         raise PolicyError(f"vLLM returned {len(logprobs)} logprobs for {len(token_ids)} tokens")
     return Completion(

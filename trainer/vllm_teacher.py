@@ -42,8 +42,10 @@ class VLLMTeacher:
 
     def __init__(self, name: str, path: str | Path, *, temperature: float = 1.0, **engine_kwargs: Any):
         if temperature not in GREEDY_TEMPERATURES:
-            raise CascadeError(f"{name}: vLLM prompt logprobs are of the raw distribution (T = 1); rollout "
-                               f"temperature {temperature} needs mopd.teacher_engine: hf")
+            raise CascadeError(
+                f"{name}: vLLM prompt logprobs are of the raw distribution (T = 1); rollout "
+                f"temperature {temperature} needs mopd.teacher_engine: hf"
+            )
         require("vllm", "the vLLM MOPD teacher")
         folder = model_folder(path)
         in_process_vllm_environment()
@@ -52,7 +54,9 @@ class VLLMTeacher:
 
         engine_kwargs.setdefault("enforce_eager", current_platform.is_cpu())
         engine_kwargs.setdefault("generation_config", "vllm")
-        engine_kwargs.setdefault("gpu_memory_utilization", 0.3)  # the student and the rollout engine share the GPU
+        engine_kwargs.setdefault(
+            "gpu_memory_utilization", 0.3
+        )  # the student and the rollout engine share the GPU
         self.name = name
         self.llm = vllm.LLM(model=str(folder), tokenizer=str(folder), **engine_kwargs)
         model_config = self.llm.llm_engine.vllm_config.model_config
@@ -76,11 +80,15 @@ class VLLMTeacher:
 
     def _token_ids(self, seq: TrainSequence) -> list[int]:
         if not seq.prompt_ids:
-            raise CascadeError(f"{self.name}: a sequence of env {seq.env_id} has no prompt tokens to condition on")
+            raise CascadeError(
+                f"{self.name}: a sequence of env {seq.env_id} has no prompt tokens to condition on"
+            )
         ids = list(seq.prompt_ids) + list(seq.response_ids)
         if len(ids) >= self.max_model_len:
-            raise CascadeError(f"{self.name}: a sequence of {len(ids)} tokens does not fit the teacher's max_model_len "
-                               f"{self.max_model_len}; raise mopd.teacher_engine_kwargs.max_model_len")
+            raise CascadeError(
+                f"{self.name}: a sequence of {len(ids)} tokens does not fit the teacher's max_model_len "
+                f"{self.max_model_len}; raise mopd.teacher_engine_kwargs.max_model_len"
+            )
         return ids
 
     def _read(self, out: Any, seq: TrainSequence) -> TokenScores:
@@ -88,8 +96,10 @@ class VLLMTeacher:
         start = len(seq.prompt_ids)
         steps = list(out.prompt_logprobs or [])[start:]
         if len(steps) != len(seq.response_ids):
-            raise CascadeError(f"{self.name}: vLLM returned {len(steps)} prompt logprobs for "
-                               f"{len(seq.response_ids)} response tokens")
+            raise CascadeError(
+                f"{self.name}: vLLM returned {len(steps)} prompt logprobs for "
+                f"{len(seq.response_ids)} response tokens"
+            )
         logprobs: list[float] = []
         top1: list[bool] = []
         for step, token in zip(steps, seq.response_ids, strict=True):

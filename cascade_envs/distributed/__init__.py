@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 __all__ = ["ActorPool", "EpisodeLost", "PoolCallFailed", "RayEnv", "attach_ray", "is_stateful"]
 
 
-def attach_ray(mix: EnvMix, address: str | None, *, env_actors: int = 0,
-               actor_options: dict[str, Any] | None = None) -> EnvMix:
+def attach_ray(
+    mix: EnvMix, address: str | None, *, env_actors: int = 0, actor_options: dict[str, Any] | None = None
+) -> EnvMix:
     """Make ``mix`` play and score through Ray actors (``env_actors`` per env; 0: one per cluster CPU).
 
     ``address``: ``None`` leaves the mix as it is (Ray is not imported); ``"auto"`` joins a running
@@ -36,8 +37,9 @@ def attach_ray(mix: EnvMix, address: str | None, *, env_actors: int = 0,
             if isinstance(env, RayEnv):
                 continue
             kwargs = {**mix.envs.env_kwargs.get(env_id, {}), "tasks": []}  # rows come with each call
-            pool = ActorPool(env_id, kwargs, num_actors=env_actors,
-                             actor_options=actor_options, address=address)
+            pool = ActorPool(
+                env_id, kwargs, num_actors=env_actors, actor_options=actor_options, address=address
+            )
             try:
                 attached[env_id] = RayEnv(env, pool)
             except BaseException:

@@ -109,7 +109,9 @@ class EnvActor:
 
 def _without_state(episode: Episode) -> Episode:
     """What the proxy mirrors: the episode without its state and its task (the proxy holds its own)."""
-    copy: Episode = Episode(None, episode.task_id, list(episode.messages), episode.thinking, episode.max_turns)
+    copy: Episode = Episode(
+        None, episode.task_id, list(episode.messages), episode.thinking, episode.max_turns
+    )
     copy.completions, copy.turns = list(episode.completions), episode.turns
     copy.terminated, copy.truncated, copy.outcome = episode.terminated, episode.truncated, episode.outcome
     return copy

@@ -18,7 +18,9 @@ STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 def reserve(ray: Any, count: int, strategy: Any, num_cpus: float, timeout_s: float) -> Any:
     """A ready placement group of ``count`` CPU bundles, or a ``CascadeError`` naming the option."""
     if not isinstance(strategy, str) or strategy.upper() not in STRATEGIES:
-        raise CascadeError(f"actor_options.placement_strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        raise CascadeError(
+            f"actor_options.placement_strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}"
+        )
     from ray.util.placement_group import placement_group, remove_placement_group
 
     group = placement_group([{"CPU": num_cpus}] * count, strategy=strategy.upper())
@@ -36,8 +38,11 @@ def bundle_options(group: Any, index: int) -> dict[str, Any]:
     """``.options()`` that schedule an actor into bundle ``index`` of ``group``."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=group,
-                                                                    placement_group_bundle_index=index)}
+    return {
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=index
+        )
+    }
 
 
 def remove(group: Any) -> None:

@@ -57,8 +57,15 @@ class ActorPool:
     The actors are started and checked here: an env that cannot be built raises now, naming why.
     """
 
-    def __init__(self, entry: str | type, kwargs: dict[str, Any] | None = None, *, num_actors: int = 0,
-                 actor_options: dict[str, Any] | None = None, address: str | None = None):
+    def __init__(
+        self,
+        entry: str | type,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        num_actors: int = 0,
+        actor_options: dict[str, Any] | None = None,
+        address: str | None = None,
+    ):
         if not isinstance(num_actors, int) or isinstance(num_actors, bool) or num_actors < 0:
             raise CascadeError(f"env_actors: expected a whole number >= 0, got {num_actors!r}")
         options = dict(actor_options or {})
@@ -68,8 +75,12 @@ class ActorPool:
         ready_timeout_s = _number(pool, "ready_timeout_s", 0.001)
         self.max_concurrency = int(options.setdefault("max_concurrency", DEFAULT_MAX_CONCURRENCY))
         if self.max_concurrency < 1:
-            raise CascadeError(f"actor_options.max_concurrency: expected at least 1, got {self.max_concurrency}")
-        options.setdefault("max_restarts", 0)  # a dead actor is replaced here, where its lost episodes are known
+            raise CascadeError(
+                f"actor_options.max_concurrency: expected at least 1, got {self.max_concurrency}"
+            )
+        options.setdefault(
+            "max_restarts", 0
+        )  # a dead actor is replaced here, where its lost episodes are known
         self.name = entry if isinstance(entry, str) else entry.__name__
         self.entry, self.kwargs = entry, dict(kwargs or {})
         self._ray = ray = session.connect(address)
@@ -79,8 +90,9 @@ class ActorPool:
             self.group = None
             if pool["placement_strategy"] is not None:
                 options.setdefault("num_cpus", 1)
-                self.group = placement.reserve(ray, count, pool["placement_strategy"], options["num_cpus"],
-                                               ready_timeout_s)
+                self.group = placement.reserve(
+                    ray, count, pool["placement_strategy"], options["num_cpus"], ready_timeout_s
+                )
             self._options = options
             self._class = ray.remote(EnvActor)
             self.handles: list[Any] = [self._new_actor(i) for i in range(count)]
@@ -114,12 +126,16 @@ class ActorPool:
         refs = [actor.ready.remote() for actor in self.handles]
         ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         if pending:
-            raise CascadeError(f"{self.name}: {len(pending)} of {len(refs)} env actors did not start within "
-                               f"{timeout_s:g} s (options {self._options}; cluster {ray.cluster_resources()})")
+            raise CascadeError(
+                f"{self.name}: {len(pending)} of {len(refs)} env actors did not start within "
+                f"{timeout_s:g} s (options {self._options}; cluster {ray.cluster_resources()})"
+            )
         try:
             ray.get(ready)
         except ray.exceptions.RayError as exc:
-            raise CascadeError(f"{self.name}: an env actor failed to start: {_last_error_line(exc)}") from None
+            raise CascadeError(
+                f"{self.name}: an env actor failed to start: {_last_error_line(exc)}"
+            ) from None
 
     # ----- slots: least-loaded, bounded -----------------------------------------------------------
 
@@ -182,8 +198,9 @@ class ActorPool:
                 self._replace(index, generation, str(exc))
             finally:
                 self._release(index)
-        raise PoolCallFailed(f"{self.name}: Ray env actors died {len(deaths)} times serving {method}; "
-                             f"last: {deaths[-1]}")
+        raise PoolCallFailed(
+            f"{self.name}: Ray env actors died {len(deaths)} times serving {method}; last: {deaths[-1]}"
+        )
 
     async def call_on(self, index: int, generation: int, method: str, *args: Any) -> Any:
         """``method(*args)`` on actor ``index`` as it was at ``generation`` (a sticky episode's actor)."""
@@ -226,11 +243,17 @@ class ActorPool:
             return await asyncio.wait_for(ref, timeout=self.call_timeout_s)
         except TimeoutError:
             ray.cancel(ref)
-            raise PoolCallFailed(f"{self.name}: {method} on a Ray env actor took over {self.call_timeout_s:g} s") from None
+            raise PoolCallFailed(
+                f"{self.name}: {method} on a Ray env actor took over {self.call_timeout_s:g} s"
+            ) from None
         except ray.exceptions.RayTaskError as exc:  # the method itself raised: give back its exception
             cause = getattr(exc, "cause", None)
             raise cause if isinstance(cause, Exception) else exc from None
-        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ObjectLostError) as exc:
+        except (
+            ray.exceptions.RayActorError,
+            ray.exceptions.WorkerCrashedError,
+            ray.exceptions.ObjectLostError,
+        ) as exc:
             raise _ActorDied(f"{type(exc).__name__}: {_short(exc)}") from None
 
     def _replace(self, index: int, generation: int, reason: str) -> None:

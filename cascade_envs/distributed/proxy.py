@@ -30,8 +30,18 @@ from .pool import ActorPool, EpisodeLost, PoolCallFailed
 log = logging.getLogger("cascade_envs.distributed")
 
 LOST_SUFFIX = "; its state lived in that actor, so the episode cannot go on and its sample is masked"
-_MIRRORED = ("metadata", "max_turns", "thinking", "tool_parser", "episode_timeout_s", "max_episode_tokens",
-             "system_prompt", "observation_space", "action_space", "tasks")
+_MIRRORED = (
+    "metadata",
+    "max_turns",
+    "thinking",
+    "tool_parser",
+    "episode_timeout_s",
+    "max_episode_tokens",
+    "system_prompt",
+    "observation_space",
+    "action_space",
+    "tasks",
+)
 
 
 def is_stateful(env_class: type) -> bool:
@@ -61,8 +71,10 @@ class RayEnv(Env[Any]):
         self.local, self.pool = local, pool
         self.sticky = is_stateful(type(local)) if sticky is None else sticky
         if self.sticky and local.scores_groups:
-            raise CascadeError(f"{type(local).__name__} keeps per-episode state and scores whole groups: "
-                               "its groups cannot be spread over Ray actors")
+            raise CascadeError(
+                f"{type(local).__name__} keeps per-episode state and scores whole groups: "
+                "its groups cannot be spread over Ray actors"
+            )
         for name in _MIRRORED:
             setattr(self, name, getattr(local, name))
         setattr(self, "scores_groups", local.scores_groups)  # noqa: B010 - a ClassVar of Env, per instance here
@@ -112,8 +124,9 @@ class RayEnv(Env[Any]):
         completion = as_completion(action)
         known = len(episode.messages)
         try:
-            turn, view = await self.pool.call_on(remote.index, remote.generation, "advance", remote.key,
-                                                 _slim(completion), known)
+            turn, view = await self.pool.call_on(
+                remote.index, remote.generation, "advance", remote.key, _slim(completion), known
+            )
         except (EpisodeLost, PoolCallFailed) as exc:
             episode.turns += 1
             episode.messages.append({"role": "assistant", "content": str(completion)})
@@ -130,8 +143,9 @@ class RayEnv(Env[Any]):
         if remote.released:
             return
         try:
-            view = await self.pool.call_on(remote.index, remote.generation, "truncate", remote.key, reason,
-                                           len(episode.messages))
+            view = await self.pool.call_on(
+                remote.index, remote.generation, "truncate", remote.key, reason, len(episode.messages)
+            )
         except (EpisodeLost, PoolCallFailed) as exc:
             self._lose(episode, str(exc))
             return
@@ -220,6 +234,10 @@ def _slim(completion: Completion) -> Completion:
 def _slim_episode(episode: Episode) -> Episode:
     copy = Episode(episode.task, episode.task_id, episode.messages, episode.thinking, episode.max_turns)
     copy.completions = [_slim(c) for c in episode.completions]
-    copy.turns, copy.terminated, copy.truncated, copy.outcome = (episode.turns, episode.terminated,
-                                                                 episode.truncated, episode.outcome)
+    copy.turns, copy.terminated, copy.truncated, copy.outcome = (
+        episode.turns,
+        episode.terminated,
+        episode.truncated,
+        episode.outcome,
+    )
     return copy

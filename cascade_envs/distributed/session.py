@@ -30,7 +30,9 @@ def connect(address: str | None) -> Any:
             if address is not None and (not isinstance(address, str) or not address.strip()):
                 raise CascadeError(f"ray.address: expected 'auto', 'local' or a Ray address, got {address!r}")
             try:
-                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+                ray.init(
+                    address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False
+                )
             except (ConnectionError, ValueError) as exc:
                 raise CascadeError(f"ray.address: cannot reach Ray at {address!r}: {exc}") from None
             _started_here = True

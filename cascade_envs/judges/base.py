@@ -25,8 +25,14 @@ class Judge(Protocol):
     called with ``model=``, ``concurrency=`` and ``timeout_s=`` (plus the registration's defaults).
     """
 
-    async def acomplete(self, messages: list[Message], *, max_tokens: int | None = None,
-                        temperature: float = 0.0, top_p: float = 1.0) -> str: ...
+    async def acomplete(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+    ) -> str: ...
 
     async def aclose(self) -> None: ...
 
@@ -45,5 +51,7 @@ class JudgeUnavailable(CascadeError):
     def __init__(self, owner: str, how: str | None = None):
         self.owner = owner
         how = how or f"pass judge_url='{SERVE_JUDGE_URL}' or set {JUDGE_URL_ENV}"
-        super().__init__(f"{owner} needs an LLM judge: start one with `cascade-envs serve-judge` (the embedded "
-                         f"model, for a laptop run) or `vllm serve MODEL`, then {how}")
+        super().__init__(
+            f"{owner} needs an LLM judge: start one with `cascade-envs serve-judge` (the embedded "
+            f"model, for a laptop run) or `vllm serve MODEL`, then {how}"
+        )

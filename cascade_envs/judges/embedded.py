@@ -47,8 +47,15 @@ class EmbeddedJudge:
     by the model's ``HFPolicy`` (``device``: cuda when available).
     """
 
-    def __init__(self, model: str | None = None, *, concurrency: int = 32, timeout_s: float = 120.0,
-                 max_tokens: int | None = None, device: str | None = None):
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        concurrency: int = 32,
+        timeout_s: float = 120.0,
+        max_tokens: int | None = None,
+        device: str | None = None,
+    ):
         self.model = model or NAME
         self.max_tokens = max_tokens or DEFAULT_MAX_TOKENS
         if self.max_tokens < 1 or not timeout_s > 0:
@@ -60,13 +67,20 @@ class EmbeddedJudge:
     def __repr__(self) -> str:
         return f"EmbeddedJudge({self.model!r})"
 
-    async def acomplete(self, messages: list[Message], *, max_tokens: int | None = None,
-                        temperature: float = 0.0, top_p: float = 1.0) -> str:
+    async def acomplete(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+    ) -> str:
         limit = min(max_tokens or self.max_tokens, self.max_tokens)
         sampling = SamplingParams(max_tokens=limit, temperature=temperature, top_p=top_p)
         try:
-            completion = await asyncio.wait_for(self.policy.agenerate(messages, sampling=sampling, thinking=True),
-                                                self.timeout_s)
+            completion = await asyncio.wait_for(
+                self.policy.agenerate(messages, sampling=sampling, thinking=True), self.timeout_s
+            )
         except TimeoutError:
             raise JudgeError(f"{self!r}: no reply within {self.timeout_s:g} s") from None
         except PolicyError as exc:
@@ -78,4 +92,3 @@ class EmbeddedJudge:
 
     async def aclose(self) -> None:
         """Nothing to release: the model is shared by every judge of the process."""
-

@@ -34,14 +34,27 @@ class JudgedEnv(Env[TaskT]):
     judge_max_tokens: int = 4096
     judge_temperature: float = 0.0
 
-    def __init__(self, tasks: str | os.PathLike[str] | Iterable[Row] | None = None, *,
-                 judge_url: JudgeSource = None, judge_model: str | None = None, judge_concurrency: int = 32,
-                 judge_timeout_s: float = 120.0, **env_kwargs: Any):
+    def __init__(
+        self,
+        tasks: str | os.PathLike[str] | Iterable[Row] | None = None,
+        *,
+        judge_url: JudgeSource = None,
+        judge_model: str | None = None,
+        judge_concurrency: int = 32,
+        judge_timeout_s: float = 120.0,
+        **env_kwargs: Any,
+    ):
         owner = type(self).__name__
         self.judge: Judge = (
-            make_judge(judge_url, model=judge_model, concurrency=judge_concurrency, timeout_s=judge_timeout_s,
-                       owner=owner)
-            if self.uses_judge() else NoJudge(owner)
+            make_judge(
+                judge_url,
+                model=judge_model,
+                concurrency=judge_concurrency,
+                timeout_s=judge_timeout_s,
+                owner=owner,
+            )
+            if self.uses_judge()
+            else NoJudge(owner)
         )
         super().__init__(tasks, **env_kwargs)
 

@@ -69,7 +69,9 @@ class HTTPJudge:
         self.backoff_s = backoff_s
         key = api_key if api_key is not None else os.environ.get(JUDGE_API_KEY_ENV)
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = weakref.WeakKeyDictionary()
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
         self.stats: Counter[str] = Counter()
         """Requests, retries and failures so far, by reason, over every event loop (``RetryingClient.stats``)."""
 
@@ -80,18 +82,20 @@ class HTTPJudge:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = self._clients[loop] = _LoopClient(RetryingClient(
-                self.urls,
-                headers=self._headers,
-                timeout_s=self.timeout_s,
-                deadline_s=self.timeout_s,
-                max_retries=self.max_retries,
-                backoff_s=self.backoff_s,
-                max_backoff_s=max(self.backoff_s, MAX_BACKOFF_S),
-                retry_budget_s=self.retry_budget_s,
-                concurrency=self.concurrency * len(self.urls),
-                per_url_concurrency=self.concurrency,
-            ))
+            client = self._clients[loop] = _LoopClient(
+                RetryingClient(
+                    self.urls,
+                    headers=self._headers,
+                    timeout_s=self.timeout_s,
+                    deadline_s=self.timeout_s,
+                    max_retries=self.max_retries,
+                    backoff_s=self.backoff_s,
+                    max_backoff_s=max(self.backoff_s, MAX_BACKOFF_S),
+                    retry_budget_s=self.retry_budget_s,
+                    concurrency=self.concurrency * len(self.urls),
+                    per_url_concurrency=self.concurrency,
+                )
+            )
             client.http.stats = self.stats  # one tally whichever loop made the call
         return client
 
@@ -109,12 +113,22 @@ class HTTPJudge:
                 self.model = served_model(await self._request(client, "GET", "models"), self.urls[0])
             return self.model
 
-    async def acomplete(self, messages: list[Message], *, max_tokens: int | None = None,
-                        temperature: float = 0.0, top_p: float = 1.0) -> str:
+    async def acomplete(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+    ) -> str:
         """The judge's reply text to ``messages``; raises ``JudgeError`` when there is none."""
         client = self._client()
-        body: dict[str, Any] = {"model": await self._model_name(client), "messages": messages,
-                                "temperature": temperature, "top_p": top_p}
+        body: dict[str, Any] = {
+            "model": await self._model_name(client),
+            "messages": messages,
+            "temperature": temperature,
+            "top_p": top_p,
+        }
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         return reply_text(await self._request(client, "POST", "chat/completions", body))
@@ -129,7 +143,9 @@ class HTTPJudge:
 def reply_text(data: Any) -> str:
     """``choices[0].message.content`` of a chat-completions body; ``JudgeError`` naming what is wrong."""
     if not isinstance(data, dict):
-        raise JudgeError(f"malformed judge reply: a JSON {type(data).__name__}, not an object: {str(data)[:200]}")
+        raise JudgeError(
+            f"malformed judge reply: a JSON {type(data).__name__}, not an object: {str(data)[:200]}"
+        )
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise JudgeError(f"malformed judge reply: no choices: {str(data)[:200]}")

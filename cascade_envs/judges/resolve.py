@@ -13,8 +13,15 @@ from .http_judge import HTTPJudge
 JudgeSource = str | Sequence[str] | Judge | None
 
 
-def make_judge(judge_url: JudgeSource = None, *, model: str | None = None, concurrency: int = 32,
-               timeout_s: float = 120.0, owner: str = "this env", **kwargs: Any) -> Judge:
+def make_judge(
+    judge_url: JudgeSource = None,
+    *,
+    model: str | None = None,
+    concurrency: int = 32,
+    timeout_s: float = 120.0,
+    owner: str = "this env",
+    **kwargs: Any,
+) -> Judge:
     """The judge named by ``judge_url``; no network is touched.
 
     - a ``Judge`` object: used as is;
@@ -39,7 +46,9 @@ def make_judge(judge_url: JudgeSource = None, *, model: str | None = None, concu
             options["model"] = model
         judge = judges.get(judge_url.strip()).make(**options)
         if not isinstance(judge, Judge):
-            raise TypeError(f"judge {judge_url!r} made a {type(judge).__name__}, which has no acomplete/aclose")
+            raise TypeError(
+                f"judge {judge_url!r} made a {type(judge).__name__}, which has no acomplete/aclose"
+            )
         return judge
     urls = [u for u in (judge_url.split(",") if isinstance(judge_url, str) else judge_url) if u.strip()]
     bad = [u for u in urls if not _is_url(u)]

@@ -61,8 +61,15 @@ class ChatRequest:
 class ChatService:
     """The chat-completions routes over one ``Policy``, independent of the HTTP plumbing."""
 
-    def __init__(self, policy: Policy, model_name: str, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 max_queue: int = DEFAULT_MAX_QUEUE, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
+    def __init__(
+        self,
+        policy: Policy,
+        model_name: str,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ):
         if max_tokens < 1 or max_queue < 1 or not request_timeout_s > 0:
             raise ValueError("max_tokens and max_queue must be >= 1 and request_timeout_s > 0")
         self.policy, self.model_name = policy, model_name
@@ -73,8 +80,10 @@ class ChatService:
         route = path.rstrip("/").removeprefix("/v1")
         try:
             if (method, route) == ("GET", "/models"):
-                return 200, {"object": "list", "data": [{"id": self.model_name, "object": "model",
-                                                          "owned_by": "cascade-envs"}]}
+                return 200, {
+                    "object": "list",
+                    "data": [{"id": self.model_name, "object": "model", "owned_by": "cascade-envs"}],
+                }
             if (method, route) == ("POST", "/chat/completions"):
                 return 200, await self._complete(self.parse(body))
             raise BadRequest(404, f"no route {method} {path}")
@@ -95,8 +104,11 @@ class ChatService:
             raise BadRequest(400, "the body must be a JSON object")
         model = data.get("model")
         if model is not None and model != self.model_name:
-            raise BadRequest(404, f"the model {model!r} is not served here; this server serves {self.model_name!r}",
-                             "model")
+            raise BadRequest(
+                404,
+                f"the model {model!r} is not served here; this server serves {self.model_name!r}",
+                "model",
+            )
         if data.get("stream"):
             raise BadRequest(400, "streaming is not supported", "stream")
         if data.get("n", 1) != 1:
@@ -125,12 +137,16 @@ class ChatService:
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 # thinking=True: the model's own chat template, with no empty think block appended
-                completion = await self.policy.agenerate(request.messages, sampling=request.sampling, thinking=True)
+                completion = await self.policy.agenerate(
+                    request.messages, sampling=request.sampling, thinking=True
+                )
         except TimeoutError:
             self.stats["timed_out"] += 1
             raise BadRequest(504, f"no reply within {self.request_timeout_s:g} s") from None
         except ContextOverflowError as exc:
-            raise BadRequest(400, f"This model's maximum context length was exceeded: {exc}", "messages") from None
+            raise BadRequest(
+                400, f"This model's maximum context length was exceeded: {exc}", "messages"
+            ) from None
         except PolicyError as exc:
             self.stats["failed"] += 1
             raise BadRequest(500, f"generation failed: {exc}") from None
@@ -143,7 +159,10 @@ class ChatService:
         """The chat-completions body; a ``<think>`` block goes to ``reasoning_content``, as vLLM's reasoning
         parsers do (an unclosed one leaves ``content`` null: the reply has no answer)."""
         split = split_reasoning(completion)
-        message: dict[str, Any] = {"role": "assistant", "content": None if split.unterminated else split.answer}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None if split.unterminated else split.answer,
+        }
         if split.reasoning:
             message["reasoning_content"] = split.reasoning
         prompt_tokens = len(completion.prompt_token_ids or [])
@@ -153,9 +172,14 @@ class ChatService:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model_name,
-            "choices": [{"index": 0, "message": message, "finish_reason": completion.finish_reason or "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": completion.finish_reason or "stop"}
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
 
 
@@ -195,8 +219,10 @@ def check_host(host: str, allow_remote: bool) -> None:
     except ValueError:
         loopback = False
     if not loopback:
-        raise CascadeError(f"refusing to serve the judge on {host}: it has no authentication, so anyone who can "
-                           "reach it could run the model; use 127.0.0.1, or pass --allow-remote")
+        raise CascadeError(
+            f"refusing to serve the judge on {host}: it has no authentication, so anyone who can "
+            "reach it could run the model; use 127.0.0.1, or pass --allow-remote"
+        )
 
 
 def load_policy(model: str, *, device: str | None = None, max_batch_size: int = 16) -> tuple[Policy, str]:
@@ -211,9 +237,15 @@ def load_policy(model: str, *, device: str | None = None, max_batch_size: int = 
     return HFPolicy(str(path), device=device, max_batch_size=max_batch_size), path.name
 
 
-async def start_server(service: ChatService, host: str = "127.0.0.1", port: int = SERVE_JUDGE_PORT, *,
-                       max_body_mb: float = MAX_BODY_MB, idle_timeout_s: float = IDLE_TIMEOUT_S,
-                       request_timeout_s: float = REQUEST_TIMEOUT_S) -> asyncio.Server:
+async def start_server(
+    service: ChatService,
+    host: str = "127.0.0.1",
+    port: int = SERVE_JUDGE_PORT,
+    *,
+    max_body_mb: float = MAX_BODY_MB,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+) -> asyncio.Server:
     """Serve ``service`` on ``host:port`` (0: a free port) with the kernel's HTTP layer.
 
     ``request_timeout_s`` here bounds the arrival of a request (408); the reply's own bound is the
@@ -222,22 +254,33 @@ async def start_server(service: ChatService, host: str = "127.0.0.1", port: int 
     return await serve(service, host, port, Limits(max_body_mb, idle_timeout_s, request_timeout_s))
 
 
-def serve_judge(host: str = "127.0.0.1", port: int = SERVE_JUDGE_PORT, model: str = "embedded", *,
-                max_tokens: int = DEFAULT_MAX_TOKENS, allow_remote: bool = False, device: str | None = None,
-                max_batch_size: int = 16, max_queue: int = DEFAULT_MAX_QUEUE,
-                request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+def serve_judge(
+    host: str = "127.0.0.1",
+    port: int = SERVE_JUDGE_PORT,
+    model: str = "embedded",
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    allow_remote: bool = False,
+    device: str | None = None,
+    max_batch_size: int = 16,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+) -> None:
     """Run the judge server until interrupted (the ``cascade-envs serve-judge`` command)."""
     check_host(host, allow_remote)
     policy, name = load_policy(model, device=device, max_batch_size=max_batch_size)
-    service = ChatService(policy, name, max_tokens=max_tokens, max_queue=max_queue,
-                          request_timeout_s=request_timeout_s)
+    service = ChatService(
+        policy, name, max_tokens=max_tokens, max_queue=max_queue, request_timeout_s=request_timeout_s
+    )
 
     async def main() -> None:
         server = await start_server(service, host, port)
         bound = server.sockets[0].getsockname()
         note = "; a 135M model is a poor judge: for end-to-end runs only" if model == "embedded" else ""
-        print(f"cascade-envs judge {name} on http://{bound[0]}:{bound[1]}/v1 (max {max_tokens} tokens a reply{note})",
-              flush=True)
+        print(
+            f"cascade-envs judge {name} on http://{bound[0]}:{bound[1]}/v1 (max {max_tokens} tokens a reply{note})",
+            flush=True,
+        )
         try:
             async with server:
                 await server.serve_forever()

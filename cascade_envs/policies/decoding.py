@@ -134,11 +134,15 @@ class RowSampler:
         if greedy:
             chosen[greedy] = scaled[greedy].argmax(dim=-1)
         if sampling:
-            uniform = torch.cat([torch.rand(1, generator=self.generators[rows[k]], device=logits.device) for k in sampling])
+            uniform = torch.cat(
+                [torch.rand(1, generator=self.generators[rows[k]], device=logits.device) for k in sampling]
+            )
             top_p = self.top_p[index[sampling]]
             if bool((top_p < 1).any()):
                 pick = weights[sampling]
-                chosen[sampling] = _BlockSums(_nucleus(pick / pick.sum(dim=-1, keepdim=True), top_p)).draw(uniform)
+                chosen[sampling] = _BlockSums(_nucleus(pick / pick.sum(dim=-1, keepdim=True), top_p)).draw(
+                    uniform
+                )
             else:
                 chosen[sampling] = blocks.draw(uniform, sampling if greedy else None)
         log_total = blocks.total().log().float()[:, None]
@@ -172,7 +176,11 @@ class _BlockSums:
     def draw(self, uniform: torch.Tensor, rows: list[int] | None = None) -> torch.Tensor:
         """One token for each of ``rows`` (all rows when None), at ``uniform`` (one per row) of the CDF."""
         device = self.mass.device
-        index = torch.arange(self.mass.shape[0], device=device) if rows is None else torch.tensor(rows, device=device)
+        index = (
+            torch.arange(self.mass.shape[0], device=device)
+            if rows is None
+            else torch.tensor(rows, device=device)
+        )
         mass, end = self.mass[index], self.end[index]
         target = uniform.double()[:, None] * end[:, -1:]
         block = _clamp_to_positive(torch.searchsorted(end, target, right=True)[:, 0], mass)

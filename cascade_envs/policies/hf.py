@@ -95,7 +95,9 @@ class HFPolicy:
         shared = supports_shared_decoding(loaded)
         if decoding == "shared" and not shared:
             model_type = getattr(getattr(loaded, "config", None), "model_type", None)
-            raise CascadeError(f"decoding='shared' does not support model type {model_type!r}: use decoding='generate'")
+            raise CascadeError(
+                f"decoding='shared' does not support model type {model_type!r}: use decoding='generate'"
+            )
         self.decoding = ("shared" if shared else "generate") if decoding == "auto" else decoding
         self.eos_token_ids = end_token_ids(loaded, tokenizer)
         pad = tokenizer.pad_token_id
@@ -193,7 +195,9 @@ class HFPolicy:
         window = self.context_window
         if window is not None:
             if len(prompt_ids) >= window:
-                raise ContextOverflowError(f"the prompt has {len(prompt_ids)} tokens; the context window is {window}")
+                raise ContextOverflowError(
+                    f"the prompt has {len(prompt_ids)} tokens; the context window is {window}"
+                )
             max_tokens = min(max_tokens, window - len(prompt_ids))
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()).item())
         stops = [sampling.stop] if isinstance(sampling.stop, str) else sampling.stop or ()

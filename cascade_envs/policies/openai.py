@@ -15,7 +15,10 @@ from ..core import Completion, Message
 from ..http import HTTPRequestError, RetryingClient
 from ..policy import ContextOverflowError, PolicyError, SamplingParams
 
-_CONTEXT_OVERFLOW = re.compile(r"context length|context window|maximum context|too many tokens|prompt is too long", re.I)
+_CONTEXT_OVERFLOW = re.compile(
+    r"context length|context window|maximum context|too many tokens|prompt is too long", re.I
+)
+
 
 class OpenAIChatPolicy:
     """A chat-completions client for an OpenAI-compatible endpoint (``base_url`` ends in ``/v1``).
@@ -91,7 +94,9 @@ class OpenAIChatPolicy:
         self, messages: list[Message], *, sampling: SamplingParams, thinking: bool = True
     ) -> Completion:
         model = await self._model_name()
-        data = await self._request("POST", "/chat/completions", self._body(model, messages, sampling, thinking))
+        data = await self._request(
+            "POST", "/chat/completions", self._body(model, messages, sampling, thinking)
+        )
         return parse_chat_completion(data)
 
     async def _request(self, method: str, path: str, body: dict | None = None) -> Any:
@@ -120,7 +125,9 @@ def parse_chat_completion(data: Any) -> Completion:
     if isinstance(reasoning, str) and reasoning:
         content = f"<think>{reasoning}</think>{content}"
     logprobs = None
-    entries = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    entries = (
+        (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    )
     if isinstance(entries, list):
         logprobs = [float(e.get("logprob", 0.0)) for e in entries if isinstance(e, dict)]
     token_ids = choice.get("token_ids")
@@ -129,5 +136,7 @@ def parse_chat_completion(data: Any) -> Completion:
         finish_reason=choice.get("finish_reason"),
         token_ids=list(token_ids) if isinstance(token_ids, list) else None,
         logprobs=logprobs,
-        prompt_token_ids=data.get("prompt_token_ids") if isinstance(data.get("prompt_token_ids"), list) else None,
+        prompt_token_ids=data.get("prompt_token_ids")
+        if isinstance(data.get("prompt_token_ids"), list)
+        else None,
     )

@@ -40,7 +40,9 @@ def supports_shared_decoding(model: object) -> bool:
     if getattr(config, "model_type", None) not in SHARED_DECODING_MODEL_TYPES:
         return False
     layer_types = getattr(config, "layer_types", None) or ()
-    return all(kind == "full_attention" for kind in layer_types) and not getattr(config, "sliding_window", None)
+    return all(kind == "full_attention" for kind in layer_types) and not getattr(
+        config, "sliding_window", None
+    )
 
 
 def cache_keyword(model: object) -> str:
@@ -84,7 +86,9 @@ def generate_shared(
         steps = max(r.max_tokens for r in requests)
         for _ in range(steps):
             tokens, token_logprobs = sampler.draw(logits, live)
-            for k, (i, token, lp) in enumerate(zip(live, tokens.tolist(), token_logprobs.tolist(), strict=True)):
+            for k, (i, token, lp) in enumerate(
+                zip(live, tokens.tolist(), token_logprobs.tolist(), strict=True)
+            ):
                 if not ends.ended[i]:
                     generated[i].append(token)
                     logprobs[i].append(lp)

@@ -37,7 +37,9 @@ class EnvStats:
     def add(self, episode: EpisodeResult) -> None:
         self.episodes += 1
         self.turns += episode.turns
-        self.turn_lengths += [len(t.completion_ids) for t in episode.trajectory.turns if t.completion_ids is not None]
+        self.turn_lengths += [
+            len(t.completion_ids) for t in episode.trajectory.turns if t.completion_ids is not None
+        ]
         self.truncated += int(episode.truncated or episode.hit_length_limit)
         if episode.error:
             self.errors += 1
@@ -94,7 +96,9 @@ class MixMetrics:
 
     def table(self) -> str:
         """A plain-text summary table, one row per env plus a total."""
-        header = f"{'env':<36} {'episodes':>8} {'reward':>7} {'masked':>6} {'errors':>6} {'trunc':>6} {'turns':>5}"
+        header = (
+            f"{'env':<36} {'episodes':>8} {'reward':>7} {'masked':>6} {'errors':>6} {'trunc':>6} {'turns':>5}"
+        )
         lines = [header, "-" * len(header)]
         for env_id, s in sorted(self.stats.items()):
             lines.append(_row(env_id, s))

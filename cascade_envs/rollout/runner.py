@@ -202,10 +202,19 @@ class RolloutRunner:
         return run_sync(self.arun(items))
 
     def _fail(self, group: GroupResult, index: int, error: str) -> None:
-        group.episodes = [_failed(group.env_id, group.task_id, index, s, error) for s in range(self.group_size)]
+        group.episodes = [
+            _failed(group.env_id, group.task_id, index, s, error) for s in range(self.group_size)
+        ]
 
-    async def _play_group(self, env: Env, loaded: Loaded[Any], group: GroupResult, index: int,
-                          semaphore: asyncio.Semaphore, bar: Any) -> None:
+    async def _play_group(
+        self,
+        env: Env,
+        loaded: Loaded[Any],
+        group: GroupResult,
+        index: int,
+        semaphore: asyncio.Semaphore,
+        bar: Any,
+    ) -> None:
         played = await asyncio.gather(
             *(self._episode(semaphore, env, loaded, group, index, s, bar) for s in range(self.group_size))
         )
@@ -227,8 +236,14 @@ class RolloutRunner:
             result.reward = reward
 
     async def _episode(
-        self, semaphore: asyncio.Semaphore, env: Env, loaded: Loaded[Any], group: GroupResult, index: int,
-        sample: int, bar: Any,
+        self,
+        semaphore: asyncio.Semaphore,
+        env: Env,
+        loaded: Loaded[Any],
+        group: GroupResult,
+        index: int,
+        sample: int,
+        bar: Any,
     ) -> tuple[EpisodeResult, Episode | None]:
         async with semaphore:
             start = time.perf_counter()
@@ -249,7 +264,11 @@ class RolloutRunner:
                 result.reward = Reward.failed(result.error)
             if episode is not None:
                 result.messages, result.completions = episode.messages, episode.completions
-                result.turns, result.terminated, result.truncated = episode.turns, episode.terminated, episode.truncated
+                result.turns, result.terminated, result.truncated = (
+                    episode.turns,
+                    episode.terminated,
+                    episode.truncated,
+                )
                 if not env.scores_groups:
                     await env.aend(episode)
                     episode = None  # scored and released: nothing left for the group to do
@@ -270,8 +289,9 @@ class RolloutRunner:
         seed = (self.sampling.seed + index * self.group_size + sample) % 2**31
         return dataclasses.replace(self.sampling, seed=seed)
 
-    async def _play_within_deadline(self, env: Env, episode: Episode, trajectory: Trajectory, deadline: float,
-                                    sampling: SamplingParams) -> None:
+    async def _play_within_deadline(
+        self, env: Env, episode: Episode, trajectory: Trajectory, deadline: float, sampling: SamplingParams
+    ) -> None:
         scope = asyncio.timeout(deadline)
         try:
             async with scope:
@@ -281,7 +301,9 @@ class RolloutRunner:
                 raise
             await env.atruncate(episode, f"episode deadline of {deadline:g} s reached")
 
-    async def _play(self, env: Env, episode: Episode, trajectory: Trajectory, sampling: SamplingParams) -> None:
+    async def _play(
+        self, env: Env, episode: Episode, trajectory: Trajectory, sampling: SamplingParams
+    ) -> None:
         budget = env.max_episode_tokens or self.max_episode_tokens
         while not episode.done:
             started = time.perf_counter()
@@ -289,8 +311,9 @@ class RolloutRunner:
                 self._busy_since = started
             self._generating += 1
             try:
-                completion = await self.policy.agenerate(list(episode.messages), sampling=sampling,
-                                                         thinking=episode.thinking)
+                completion = await self.policy.agenerate(
+                    list(episode.messages), sampling=sampling, thinking=episode.thinking
+                )
             except ContextOverflowError as exc:
                 if episode.turns == 0:
                     raise  # the task's own prompt does not fit: not the model's doing
@@ -321,7 +344,9 @@ class RolloutRunner:
             self._warned_prefix.add(env_id)
             log.warning(
                 "%s: turn %d's prompt does not extend the previous prompt and completion (the chat template "
-                "rewrites the history), so its episodes train as one sequence per turn", env_id, broken + 1,
+                "rewrites the history), so its episodes train as one sequence per turn",
+                env_id,
+                broken + 1,
             )
 
 
@@ -349,7 +374,9 @@ def _progress_bar(total: int, enabled: bool) -> Any:
     return tqdm(total=total, disable=not enabled, unit="ep", dynamic_ncols=True, mininterval=0.5)
 
 
-def run_rollouts(policy: Policy, items: Iterable[tuple[str, Row | Loaded[Any]]], **kwargs: Any) -> list[GroupResult]:
+def run_rollouts(
+    policy: Policy, items: Iterable[tuple[str, Row | Loaded[Any]]], **kwargs: Any
+) -> list[GroupResult]:
     """Sync convenience: play ``items`` with a fresh runner and close the envs it made."""
 
     async def play() -> list[GroupResult]:

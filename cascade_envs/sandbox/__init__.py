@@ -37,8 +37,10 @@ from .workspace import Mount, Workspace
 
 DEFAULT_ORDER = ("bwrap",)
 """Backends tried, in order, when none is named: only those that keep the default's promise."""
-REFUSAL_FIX = ("install bubblewrap (apt-get install bubblewrap), use the 'docker' backend, "
-               "or name a weaker backend explicitly (sandbox='local', --backend local)")
+REFUSAL_FIX = (
+    "install bubblewrap (apt-get install bubblewrap), use the 'docker' backend, "
+    "or name a weaker backend explicitly (sandbox='local', --backend local)"
+)
 
 log = logging.getLogger("cascade_envs.sandbox")
 _announced: set[str] = set()
@@ -77,7 +79,9 @@ def default_backend() -> str:
         if reason is None:
             return name
         reasons.append(f"{name}: {' '.join(reason.split())}")
-    raise SandboxError(f"no sandbox here can keep model code off the host ({'; '.join(reasons)}): {REFUSAL_FIX}")
+    raise SandboxError(
+        f"no sandbox here can keep model code off the host ({'; '.join(reasons)}): {REFUSAL_FIX}"
+    )
 
 
 def _announce(cls: type[Sandbox], how: str) -> None:

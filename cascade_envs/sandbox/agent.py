@@ -47,8 +47,23 @@ CHUNK = 1 << 16
 HEAD = struct.Struct("!I")
 RESULT = struct.Struct("!idddB")
 OK, ERROR, RESULT_KIND = 0, 1, 2
-SIGNAL_NAMES = {getattr(signal, n): n for n in ("SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGKILL", "SIGPIPE",
-                                                "SIGSEGV", "SIGSYS", "SIGTERM", "SIGTRAP", "SIGXCPU", "SIGXFSZ")}
+SIGNAL_NAMES = {
+    getattr(signal, n): n
+    for n in (
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGILL",
+        "SIGKILL",
+        "SIGPIPE",
+        "SIGSEGV",
+        "SIGSYS",
+        "SIGTERM",
+        "SIGTRAP",
+        "SIGXCPU",
+        "SIGXFSZ",
+    )
+}
 
 
 OPTIONS: "dict[str, str]" = {}
@@ -152,7 +167,7 @@ def op_write(req, workdir):
             os.ftruncate(fd, 0)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fchmod(fd, mode)
         finally:
             os.close(fd)
@@ -204,6 +219,8 @@ def _read(path):
 
 SEM_BYTES = 64
 """Kernel memory per System V semaphore (a cache line): 32000 sets of 32000 would pin gigabytes."""
+
+
 class _IpcInfo:
     """System V usage of our IPC namespace from ``SHM_INFO``/``MSG_INFO``/``SEM_INFO``: three syscalls."""
 
@@ -211,8 +228,12 @@ class _IpcInfo:
         import ctypes
 
         self.libc = _libc()
-        self.shm = (ctypes.c_ulong * 8)()  # struct shm_info: int used_ids (padded); shm_tot, shm_rss, shm_swp, ...
-        self.msg = (ctypes.c_int * 8)()  # struct msginfo: msgpool, msgmap, msgmax, msgmnb, msgmni, msgssz, msgtql
+        self.shm = (
+            ctypes.c_ulong * 8
+        )()  # struct shm_info: int used_ids (padded); shm_tot, shm_rss, shm_swp, ...
+        self.msg = (
+            ctypes.c_int * 8
+        )()  # struct msginfo: msgpool, msgmap, msgmax, msgmnb, msgmni, msgssz, msgtql
         self.sem = (ctypes.c_int * 10)()  # struct seminfo: ..., semusz (7), semvmx, semaem (9)
 
     def __call__(self):
@@ -301,8 +322,13 @@ def sweep(pgid):
 
 
 PRLIMIT = next((p for p in ("/usr/bin/prlimit", "/bin/prlimit") if os.access(p, os.X_OK)), None)
-LIMIT_NAMES = {resource.RLIMIT_CORE: "core", resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as",
-               resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_NPROC: "nproc"}
+LIMIT_NAMES = {
+    resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_CPU: "cpu",
+    resource.RLIMIT_AS: "as",
+    resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_NPROC: "nproc",
+}
 
 
 def _resolve(program, env):
@@ -328,9 +354,19 @@ def _spawn(argv, env, cwd, limits):
     try:
         if PRLIMIT and cwd == os.getcwd():
             options = [f"--{LIMIT_NAMES[which]}={value}" for which, value in limits]
-            actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
-            pid = os.posix_spawn(PRLIMIT, ["prlimit", *options, "--", path, *argv[1:]], env, file_actions=actions,
-                                 setsid=True, setsigdef=(signal.SIGPIPE,))
+            actions = [
+                (os.POSIX_SPAWN_DUP2, in_r, 0),
+                (os.POSIX_SPAWN_DUP2, out_w, 1),
+                (os.POSIX_SPAWN_DUP2, err_w, 2),
+            ]
+            pid = os.posix_spawn(
+                PRLIMIT,
+                ["prlimit", *options, "--", path, *argv[1:]],
+                env,
+                file_actions=actions,
+                setsid=True,
+                setsigdef=(signal.SIGPIPE,),
+            )
         else:
             pid = os.fork()
             if pid == 0:  # the child: never returns
@@ -379,8 +415,14 @@ def _classify(status, flags, cpu_s, cpu_limit, stderr):
 
 
 def _result(code, wall, cpu, mem, truncated, killed_by, error, stdout, stderr):
-    return (bytes([RESULT_KIND]) + RESULT.pack(code, wall, cpu, mem, truncated)
-            + _blob(killed_by.encode()) + _blob(error.encode()) + _blob(stdout) + _blob(stderr))
+    return (
+        bytes([RESULT_KIND])
+        + RESULT.pack(code, wall, cpu, mem, truncated)
+        + _blob(killed_by.encode())
+        + _blob(error.encode())
+        + _blob(stdout)
+        + _blob(stderr)
+    )
 
 
 def op_run(req, workdir):
@@ -390,8 +432,11 @@ def op_run(req, workdir):
     stdin = req.get("stdin") or b""
     env = req.get("env") or {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8"}
     limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu_limit)]
-    for key, which, unit in (("memory_mb", resource.RLIMIT_AS, 1 << 20), ("file_mb", resource.RLIMIT_FSIZE, 1 << 20),
-                             ("nproc", resource.RLIMIT_NPROC, 1)):
+    for key, which, unit in (
+        ("memory_mb", resource.RLIMIT_AS, 1 << 20),
+        ("file_mb", resource.RLIMIT_FSIZE, 1 << 20),
+        ("nproc", resource.RLIMIT_NPROC, 1),
+    ):
         if req.get(key):
             limits.append((which, int(req[key]) * unit))
     budget = int(req.get("memory_mb") or 0) << 20
@@ -441,7 +486,9 @@ def op_run(req, workdir):
             _killpg(pid)
         if watch and status is None and now >= next_check:
             next_check = now + CHECK_S
-            if _ram_bytes() - base + (_ipc(False) if ipc else 0) + _rss(pid) > budget and not flags.get("memory"):
+            if _ram_bytes() - base + (_ipc(False) if ipc else 0) + _rss(pid) > budget and not flags.get(
+                "memory"
+            ):
                 flags["memory"] = True
                 _killpg(pid)
         if status is None:
@@ -493,8 +540,17 @@ def op_run(req, workdir):
     stdout, stderr = bytes(outputs[out_r]), bytes(outputs[err_r])
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
     killed_by = _classify(status, flags, cpu, cpu_limit, stderr)
-    return _result(code, wall, cpu, usage.ru_maxrss / 1024.0, int(bool(flags.get("output"))), killed_by, "",
-                   stdout, stderr)
+    return _result(
+        code,
+        wall,
+        cpu,
+        usage.ru_maxrss / 1024.0,
+        int(bool(flags.get("output"))),
+        killed_by,
+        "",
+        stdout,
+        stderr,
+    )
 
 
 OPS = {"write": op_write, "read": op_read, "run": op_run}
@@ -513,7 +569,7 @@ def _read_exact(fd, n):
 def _write_all(fd, data):
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def main():

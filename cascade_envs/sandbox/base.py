@@ -229,7 +229,9 @@ class Session:
                 result = await self._call(request, timeout + GRACE_S)
             except SandboxError as exc:
                 if self.lost_to_program:
-                    return ExecResult(-9, wall_s=time.monotonic() - start, killed_by="agent_killed", error=str(exc))
+                    return ExecResult(
+                        -9, wall_s=time.monotonic() - start, killed_by="agent_killed", error=str(exc)
+                    )
                 return ExecResult.lost(str(exc), time.monotonic() - start)
         if not isinstance(result, ExecResult):
             return ExecResult.lost(f"{self.backend} agent gave no result", time.monotonic() - start)
@@ -339,7 +341,9 @@ class Sandbox(ABC):
             "nproc": nproc,
         }
         # As root, RLIMIT_NPROC is not enforced and every file is readable: drop to an unprivileged uid.
-        self.run_as = run_as if run_as is not None else (NOBODY if self.isolated and os.geteuid() == 0 else None)
+        self.run_as = (
+            run_as if run_as is not None else (NOBODY if self.isolated and os.geteuid() == 0 else None)
+        )
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -352,12 +356,19 @@ class Sandbox(ABC):
 
     def _launch_workspace(self, network: bool, workspace: Workspace) -> Launch:
         """How to start the agent for a workspace session (``workspace.py``); backends that have one override it."""
-        raise SandboxError(f"the {self.name!r} sandbox backend has no workspace mode (use bwrap, local or docker)")
+        raise SandboxError(
+            f"the {self.name!r} sandbox backend has no workspace mode (use bwrap, local or docker)"
+        )
 
     session_class: ClassVar[type[Session]] = Session
 
-    async def asession(self, *, network: bool = False, files: Mapping[str, FileData | File] | None = None,
-                       workspace: Workspace | None = None) -> Session:
+    async def asession(
+        self,
+        *,
+        network: bool = False,
+        files: Mapping[str, FileData | File] | None = None,
+        workspace: Workspace | None = None,
+    ) -> Session:
         """Start a long-lived sandbox; ``files`` are written into its work dir.
 
         With ``workspace`` the session's file system is that workspace's (its ``source`` copied into
@@ -393,11 +404,20 @@ class Sandbox(ABC):
         async with await self.asession(network=network, files=files) as session:
             return await session.arun(argv, stdin, timeout_s=timeout_s, memory_mb=memory_mb)
 
-    def run(self, argv: Sequence[str], files: Mapping[str, FileData | File] | None = None, stdin: bytes | str = b"",
-            timeout_s: float | None = None, memory_mb: int | None = None, network: bool = False) -> ExecResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        files: Mapping[str, FileData | File] | None = None,
+        stdin: bytes | str = b"",
+        timeout_s: float | None = None,
+        memory_mb: int | None = None,
+        network: bool = False,
+    ) -> ExecResult:
         return run_sync(self.arun(argv, files, stdin, timeout_s, memory_mb, network))
 
-    def session(self, *, network: bool = False, files: Mapping[str, FileData | File] | None = None) -> Session:
+    def session(
+        self, *, network: bool = False, files: Mapping[str, FileData | File] | None = None
+    ) -> Session:
         return run_sync(self.asession(network=network, files=files))
 
     def __repr__(self) -> str:

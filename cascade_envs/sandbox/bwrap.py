@@ -27,8 +27,17 @@ from .base import Launch, Sandbox, agent_source, as_user
 from .workspace import Workspace
 
 WORKDIR = "/sandbox"
-NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-              "--disable-userns", "--as-pid-1", "--die-with-parent", "--new-session")
+NAMESPACES = (
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--disable-userns",
+    "--as-pid-1",
+    "--die-with-parent",
+    "--new-session",
+)
 NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates")
 
 
@@ -62,14 +71,32 @@ def _probe(uid: int | None) -> str | None:
 
 def _probe_exe(exe: str, uid: int | None) -> str | None:
     # every option the sessions use: an older bubblewrap that lacks one fails here, not at every session
-    argv = [*_root_args(exe), "--proc", "/proc", "--dev", "/dev", "--size", "1048576", "--tmpfs", "/dev/shm",
-            "--remount-ro", "/dev", "--remount-ro", "/", *NAMESPACES, "--unshare-net", "/usr/bin/true"]
+    argv = [
+        *_root_args(exe),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        "1048576",
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        *NAMESPACES,
+        "--unshare-net",
+        "/usr/bin/true",
+    ]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=10, **as_user(uid))
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap cannot run: {exc}"
     if done.returncode:
-        return f"bwrap cannot create namespaces here: {' '.join(done.stderr.decode(errors='replace').split())}"
+        return (
+            f"bwrap cannot create namespaces here: {' '.join(done.stderr.decode(errors='replace').split())}"
+        )
     return None
 
 
@@ -82,8 +109,15 @@ class BwrapSandbox(Sandbox):
 
     name = "bwrap"
 
-    def __init__(self, *, ro_binds: tuple[str, ...] = (), workdir_mb: int | None = None, tmp_mb: int | None = None,
-                 shm_mb: int | None = None, **kwargs):
+    def __init__(
+        self,
+        *,
+        ro_binds: tuple[str, ...] = (),
+        workdir_mb: int | None = None,
+        tmp_mb: int | None = None,
+        shm_mb: int | None = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.ro_binds = tuple(ro_binds)
         memory = int(self.defaults["memory_mb"])
@@ -98,7 +132,9 @@ class BwrapSandbox(Sandbox):
         return _probe(65534 if os.geteuid() == 0 else None)
 
     def _launch(self, network: bool) -> Launch:
-        return self._launch_in(network, _root_args(shutil.which("bwrap") or "bwrap"), WORKDIR, self.workdir_mb)
+        return self._launch_in(
+            network, _root_args(shutil.which("bwrap") or "bwrap"), WORKDIR, self.workdir_mb
+        )
 
     def _launch_workspace(self, network: bool, workspace: Workspace) -> Launch:
         """``workspace.root`` (or ``/usr``) read-only, its mounts, and a RAM disk of ``workdir_mb`` at its workdir."""
@@ -108,23 +144,48 @@ class BwrapSandbox(Sandbox):
             argv += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
         return self._launch_in(network, argv, workspace.workdir, workspace.workdir_mb, workspace.hidden)
 
-    def _launch_in(self, network: bool, argv: list[str], workdir: str, workdir_mb: int,
-                   hidden: tuple[str, ...] = ()) -> Launch:
+    def _launch_in(
+        self, network: bool, argv: list[str], workdir: str, workdir_mb: int, hidden: tuple[str, ...] = ()
+    ) -> Launch:
         binds = self.ro_binds + (tuple(p for p in NETWORK_FILES if os.path.exists(p)) if network else ())
         for path in binds:
             argv += ["--ro-bind", path, path]
         for path in _shown(argv, hidden):
             argv += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
         argv += [
-            "--proc", "/proc", "--dev", "/dev",
-            "--size", str(self.shm_mb << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-            "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
-            "--size", str(workdir_mb << 20), "--tmpfs", workdir,
-            "--remount-ro", "/",
-            "--chdir", workdir, *NAMESPACES,
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(self.shm_mb << 20),
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
+            "/dev",
+            "--size",
+            str(self.tmp_mb << 20),
+            "--tmpfs",
+            "/tmp",
+            "--size",
+            str(workdir_mb << 20),
+            "--tmpfs",
+            workdir,
+            "--remount-ro",
+            "/",
+            "--chdir",
+            workdir,
+            *NAMESPACES,
             *([] if network else ["--unshare-net"]),
-            "--hostname", "sandbox",
-            self.python, "-I", "-S", "-c", agent_source(), workdir, f"account={workdir}:/tmp:/dev/shm,ipc",
+            "--hostname",
+            "sandbox",
+            self.python,
+            "-I",
+            "-S",
+            "-c",
+            agent_source(),
+            workdir,
+            f"account={workdir}:/tmp:/dev/shm,ipc",
         ]
         return Launch(argv, workdir, user=self.run_as, agent_protected=True)
 
@@ -137,7 +198,7 @@ def _shown(argv: list[str], hidden: tuple[str, ...]) -> list[str]:
         for source, target in binds:
             source = os.path.realpath(source)
             if os.path.isdir(path) and (path + "/").startswith(source.rstrip("/") + "/"):
-                shown.append(os.path.normpath(target + "/" + path[len(source):]))
+                shown.append(os.path.normpath(target + "/" + path[len(source) :]))
     return shown
 
 

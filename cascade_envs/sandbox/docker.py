@@ -54,8 +54,10 @@ LABEL = "cascade-envs.sandbox"
 (``docker ps --filter label=cascade-envs.sandbox``)."""
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?"
-REFERENCE = re.compile(rf"{_HOST}{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?"
-                       r"|sha256:[a-f0-9]{64}")
+REFERENCE = re.compile(
+    rf"{_HOST}{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?"
+    r"|sha256:[a-f0-9]{64}"
+)
 """Docker's image reference grammar: anything else (spaces, ``;``, ``$``, quotes) is refused before any call."""
 
 
@@ -105,13 +107,20 @@ class DockerSession(Session):
         if self._archive:
             archive, self._archive = self._archive, None
             limit = self.workspace.workdir_mb if self.workspace is not None else 0
-            unpacked = await self.arun(["tar", "-x", "--no-same-owner", "--strip-components=1", "-f", "-"], archive,
-                                       timeout_s=max(60.0, len(archive) / 20e6), file_mb=limit, cwd=".")
+            unpacked = await self.arun(
+                ["tar", "-x", "--no-same-owner", "--strip-components=1", "-f", "-"],
+                archive,
+                timeout_s=max(60.0, len(archive) / 20e6),
+                file_mb=limit,
+                cwd=".",
+            )
             if not unpacked.ok:
                 await self.aclose()
-                raise SandboxError(f"docker sandbox did not start: the image's {self.workdir} could not be copied "
-                                   f"into the work dir (its cap: {limit} MB; a larger tree needs the workspace's "
-                                   f"workdir_mb raised): {unpacked.describe()}")
+                raise SandboxError(
+                    f"docker sandbox did not start: the image's {self.workdir} could not be copied "
+                    f"into the work dir (its cap: {limit} MB; a larger tree needs the workspace's "
+                    f"workdir_mb raised): {unpacked.describe()}"
+                )
         return self
 
     async def _open(self) -> None:
@@ -119,29 +128,51 @@ class DockerSession(Session):
         image = check_image(ws.image if ws is not None and ws.image else sb.image)
         workdir_mb = ws.workdir_mb if ws is not None else sb.workdir_mb
         if workdir_mb + sb.tmp_mb + sb.shm_mb + 64 > sb.container_memory_mb:
-            raise SandboxError(f"docker sandbox: container_memory_mb={sb.container_memory_mb} cannot hold its tmpfs "
-                               f"mounts (work dir {workdir_mb} MB, /tmp {sb.tmp_mb} MB, /dev/shm {sb.shm_mb} MB) "
-                               "and the agent: raise it or lower the caps")
+            raise SandboxError(
+                f"docker sandbox: container_memory_mb={sb.container_memory_mb} cannot hold its tmpfs "
+                f"mounts (work dir {workdir_mb} MB, /tmp {sb.tmp_mb} MB, /dev/shm {sb.shm_mb} MB) "
+                "and the agent: raise it or lower the caps"
+            )
         daemon = await sb.aclient()
-        volumes = {m.source: {"bind": m.target, "mode": "rw" if m.writable else "ro"} for m in ws.mounts} if ws else {}
+        volumes = (
+            {m.source: {"bind": m.target, "mode": "rw" if m.writable else "ro"} for m in ws.mounts}
+            if ws
+            else {}
+        )
         options = dict(
-            command=self.launch.argv, stdin_open=True, auto_remove=True,  # not detached: StdinOnce
-            network_disabled=not self.launch.network, mem_limit=f"{sb.container_memory_mb}m",
-            memswap_limit=f"{sb.container_memory_mb}m", pids_limit=int(self.defaults["nproc"]) + 8,
-            nano_cpus=int(sb.cpus * 1e9), read_only=True, cap_drop=["ALL"],
+            command=self.launch.argv,
+            stdin_open=True,
+            auto_remove=True,  # not detached: StdinOnce
+            network_disabled=not self.launch.network,
+            mem_limit=f"{sb.container_memory_mb}m",
+            memswap_limit=f"{sb.container_memory_mb}m",
+            pids_limit=int(self.defaults["nproc"]) + 8,
+            nano_cpus=int(sb.cpus * 1e9),
+            read_only=True,
+            cap_drop=["ALL"],
             user=sb.workspace_user if ws is not None else f"{sb.run_as}:{sb.run_as}",
-            security_opt=["no-new-privileges"], shm_size=f"{sb.shm_mb}m", ipc_mode="private", hostname="sandbox",
+            security_opt=["no-new-privileges"],
+            shm_size=f"{sb.shm_mb}m",
+            ipc_mode="private",
+            hostname="sandbox",
             # exec: compiled programs run from the work dir; no working_dir: the daemon would make it root's 0755
-            tmpfs={self.launch.workdir: f"size={workdir_mb}m,mode=1777,exec", "/tmp": f"size={sb.tmp_mb}m,mode=1777,exec"},
-            volumes=volumes, environment=self.launch.env,
+            tmpfs={
+                self.launch.workdir: f"size={workdir_mb}m,mode=1777,exec",
+                "/tmp": f"size={sb.tmp_mb}m,mode=1777,exec",
+            },
+            volumes=volumes,
+            environment=self.launch.env,
             labels={LABEL: f"{socket.gethostname()}:{os.getpid()}", **sb.labels},
         )
         import docker.errors
 
         self._api = daemon.api
-        self._name = f"cascade-sandbox-{secrets.token_hex(8)}"  # removable by name even if this start is cancelled
-        self._creating = asyncio.ensure_future(asyncio.to_thread(daemon.containers.create, image, name=self._name,
-                                                                 **options))
+        self._name = (
+            f"cascade-sandbox-{secrets.token_hex(8)}"  # removable by name even if this start is cancelled
+        )
+        self._creating = asyncio.ensure_future(
+            asyncio.to_thread(daemon.containers.create, image, name=self._name, **options)
+        )
         try:
             self.container = await asyncio.shield(self._creating)
         except docker.errors.ImageNotFound:
@@ -150,9 +181,12 @@ class DockerSession(Session):
             raise SandboxError(f"docker sandbox did not start: {_daemon_error(exc)}") from None
         try:
             if ws is not None and ws.source is None:
-                self._archive = await asyncio.to_thread(self._image_tree, self.container, ws.workdir, ws.workdir_mb)
+                self._archive = await asyncio.to_thread(
+                    self._image_tree, self.container, ws.workdir, ws.workdir_mb
+                )
             attached = await asyncio.to_thread(
-                self.container.attach_socket, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+                self.container.attach_socket, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
             await asyncio.to_thread(self.container.start)
         except SandboxError:
             raise
@@ -166,7 +200,9 @@ class DockerSession(Session):
         stream_reader, self._writer = await asyncio.open_connection(sock=raw, limit=STREAM_LIMIT)
         if raw is not attached:
             attached.close()  # the SDK's file wrapper: the socket is the transport's now, closed with it
-        self._attached = self._writer  # Session.aclose drops _writer before _terminate: this one is closed there
+        self._attached = (
+            self._writer
+        )  # Session.aclose drops _writer before _terminate: this one is closed there
         self._reader = asyncio.StreamReader(limit=STREAM_LIMIT)
         self._stderr = bytearray()
         self._pump = asyncio.create_task(self._demux_loop(stream_reader))
@@ -182,8 +218,10 @@ class DockerSession(Session):
             for chunk in chunks:
                 data += chunk
                 if len(data) > (limit_mb + 16) << 20:
-                    raise SandboxError(f"docker sandbox did not start: the image's {path} holds more than the work "
-                                       f"dir (its cap: {limit_mb} MB; a larger tree needs the workspace's workdir_mb raised)")
+                    raise SandboxError(
+                        f"docker sandbox did not start: the image's {path} holds more than the work "
+                        f"dir (its cap: {limit_mb} MB; a larger tree needs the workspace's workdir_mb raised)"
+                    )
             return bytes(data)
         except docker.errors.NotFound:
             return None
@@ -245,9 +283,14 @@ def _remove(api: Any, name: str, timeout_s: float) -> None:
             if exc.status_code != 409 or time.monotonic() > deadline:  # 409: removal in progress (--rm)
                 log.warning("docker container %s not removed: %s", name, _daemon_error(exc))
                 return
-        except Exception as exc:  # the daemon is gone: it removes --rm containers when it stops or starts again
-            log.warning("docker container %s not removed now (%s); the daemon removes it (--rm)", name,
-                        _daemon_error(exc))
+        except (
+            Exception
+        ) as exc:  # the daemon is gone: it removes --rm containers when it stops or starts again
+            log.warning(
+                "docker container %s not removed now (%s); the daemon removes it (--rm)",
+                name,
+                _daemon_error(exc),
+            )
             return
         time.sleep(0.05)
 
@@ -268,10 +311,21 @@ class DockerSandbox(Sandbox):
     name = "docker"
     session_class = DockerSession
 
-    def __init__(self, *, image: str = SANDBOX_IMAGE, cpus: float = 1.0, container_memory_mb: int = 2048,
-                 workdir_mb: int = 256, tmp_mb: int = 64, shm_mb: int = 64, base_url: str | None = None,
-                 labels: Mapping[str, str] | None = None, api_timeout_s: float = 60.0, workspace_user: str = "0:0",
-                 **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        image: str = SANDBOX_IMAGE,
+        cpus: float = 1.0,
+        container_memory_mb: int = 2048,
+        workdir_mb: int = 256,
+        tmp_mb: int = 64,
+        shm_mb: int = 64,
+        base_url: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        api_timeout_s: float = 60.0,
+        workspace_user: str = "0:0",
+        **kwargs: Any,
+    ):
         kwargs.setdefault("python", "python3")
         super().__init__(**kwargs)
         self.image = check_image(image)
@@ -315,5 +369,13 @@ class DockerSandbox(Sandbox):
         # The agent is PID 1 of the container: nothing it runs can signal it. Processes are bounded per
         # container (pids limit), not per uid: RLIMIT_NPROC would count every container's uid 65534 together.
         env = {"LANG": "C.UTF-8", "HOME": workdir}  # PATH: the image's (its python3 may live anywhere)
-        argv = [self.python, "-I", "-S", "-c", agent_source(), workdir, f"account={workdir}:/tmp:/dev/shm,ipc"]
+        argv = [
+            self.python,
+            "-I",
+            "-S",
+            "-c",
+            agent_source(),
+            workdir,
+            f"account={workdir}:/tmp:/dev/shm,ipc",
+        ]
         return Launch(argv, workdir, env=env, network=network, agent_protected=True, nproc_rlimit=False)

@@ -80,7 +80,9 @@ def build_hint(image: str) -> str:
             return f"build it with `cascade-envs build-image {kind}`"
     if image.startswith(SWE_IMAGE_PREFIX):
         return "build it with `cascade-envs build-image swe --tasks <the task file>`"
-    return f"images are never pulled here: fetch or build it yourself (`docker pull {image}` or `docker load`)"
+    return (
+        f"images are never pulled here: fetch or build it yourself (`docker pull {image}` or `docker load`)"
+    )
 
 
 def default_cache_dir() -> Path:
@@ -130,8 +132,15 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_base(spec: BaseImage, docker_client: Any, *, cache_dir: Path | None = None, mirror: str | None = None,
-               rebuild: bool = False, log: Log = print) -> str:
+def build_base(
+    spec: BaseImage,
+    docker_client: Any,
+    *,
+    cache_dir: Path | None = None,
+    mirror: str | None = None,
+    rebuild: bool = False,
+    log: Log = print,
+) -> str:
     """Make sure image ``spec.name`` holds ``spec``: keep it, import the cached tarball, or build it."""
     cache = cache_dir or default_cache_dir()
     tarball = cache / f"{spec.name.replace(':', '-').replace('/', '-')}-{spec.key}.tar"
@@ -142,10 +151,15 @@ def build_base(spec: BaseImage, docker_client: Any, *, cache_dir: Path | None = 
         start = time.monotonic()
         if rebuild or not tarball.exists():
             _debootstrap(spec, tarball, mirror or DEFAULT_MIRROR, log)
-        changes = [f"LABEL {KEY_LABEL}={spec.key}", "ENV LANG=C.UTF-8",
-                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        changes = [
+            f"LABEL {KEY_LABEL}={spec.key}",
+            "ENV LANG=C.UTF-8",
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ]
         repository, _, tag = spec.name.rpartition(":")
-        docker_client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=changes)
+        docker_client.api.import_image_from_file(
+            str(tarball), repository=repository, tag=tag, changes=changes
+        )
         if not labelled(docker_client, spec.name, spec.key):
             raise SandboxError(f"importing {tarball} did not make image {spec.name}")
         log(f"{spec.name}: imported from {tarball} in {time.monotonic() - start:.1f} s")
@@ -157,8 +171,16 @@ def _debootstrap(spec: BaseImage, tarball: Path, mirror: str, log: Log) -> None:
     if exe is None:
         raise SandboxError("building a base image needs mmdebstrap: apt-get install mmdebstrap")
     partial = tarball.with_suffix(".partial.tar")
-    argv = [exe, "--variant=apt", f"--include={','.join(spec.packages)}", "--quiet",
-            *(f"--dpkgopt=path-exclude={path}" for path in SLIM), spec.suite, str(partial), mirror]
+    argv = [
+        exe,
+        "--variant=apt",
+        f"--include={','.join(spec.packages)}",
+        "--quiet",
+        *(f"--dpkgopt=path-exclude={path}" for path in SLIM),
+        spec.suite,
+        str(partial),
+        mirror,
+    ]
     log(f"{spec.name}: mmdebstrap {spec.suite} with {', '.join(spec.packages)} from {mirror} (a few minutes)")
     start = time.monotonic()
     try:
@@ -171,11 +193,21 @@ def _debootstrap(spec: BaseImage, tarball: Path, mirror: str, log: Log) -> None:
         tail = " ".join(done.stderr.decode(errors="replace").split()[-60:])
         raise SandboxError(f"mmdebstrap failed (exit {done.returncode}): {tail}")
     partial.replace(tarball)
-    log(f"{spec.name}: root file system built in {time.monotonic() - start:.0f} s ({tarball.stat().st_size >> 20} MB)")
+    log(
+        f"{spec.name}: root file system built in {time.monotonic() - start:.0f} s ({tarball.stat().st_size >> 20} MB)"
+    )
 
 
-def build_tree(docker_client: Any, base: str, name: str, files: Mapping[str, tuple[bytes, int]], target: str, *,
-               key: str, run: str | None = None) -> str:
+def build_tree(
+    docker_client: Any,
+    base: str,
+    name: str,
+    files: Mapping[str, tuple[bytes, int]],
+    target: str,
+    *,
+    key: str,
+    run: str | None = None,
+) -> str:
     """Image ``name``: ``base`` with ``files`` (``{relative path: (data, mode)}``) at ``target``, then ``run``.
 
     Kept when present with label ``key``. ``run`` is a shell command run in the image at build time
@@ -197,9 +229,13 @@ def build_tree(docker_client: Any, base: str, name: str, files: Mapping[str, tup
             _add(tar, f"tree/{path}", data, mode)
     context.seek(0)
     try:
-        docker_client.images.build(fileobj=context, custom_context=True, tag=name, rm=True, forcerm=True, pull=False)
+        docker_client.images.build(
+            fileobj=context, custom_context=True, tag=name, rm=True, forcerm=True, pull=False
+        )
     except docker.errors.BuildError as exc:
-        tail = " ".join("".join(str(step.get("stream", step.get("error", ""))) for step in exc.build_log).split())
+        tail = " ".join(
+            "".join(str(step.get("stream", step.get("error", ""))) for step in exc.build_log).split()
+        )
         raise SandboxError(f"building image {name} failed: {exc.msg}: {tail[-600:]}") from None
     except docker.errors.APIError as exc:
         raise SandboxError(f"building image {name} failed: {exc.explanation or exc}") from None

@@ -72,7 +72,16 @@ def _unshare_prefix(uid: int | None, network: bool) -> tuple[str, ...]:
     exe = shutil.which("unshare")
     if exe is None:
         return ()
-    prefix: tuple[str, ...] = (exe, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child", "--ipc")
+    prefix: tuple[str, ...] = (
+        exe,
+        "--user",
+        "--map-root-user",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--kill-child",
+        "--ipc",
+    )
     if not network:
         prefix += ("--net",)
     try:
@@ -98,13 +107,19 @@ class LocalSandbox(Sandbox):
     def _launch_workspace(self, network: bool, workspace: Workspace) -> Launch:
         """A private tree (module docstring) whose tmpfs work dir stands for ``workspace.workdir``."""
         if workspace.root or workspace.mounts or workspace.image:
-            raise SandboxError("the local sandbox cannot serve a workspace root, image or mounts (use bwrap or docker)")
+            raise SandboxError(
+                "the local sandbox cannot serve a workspace root, image or mounts (use bwrap or docker)"
+            )
         if not self.namespaces:
-            raise SandboxError("the local sandbox cannot give a workspace a private tree here (no user namespaces): "
-                               "use bwrap or docker")
+            raise SandboxError(
+                "the local sandbox cannot give a workspace a private tree here (no user namespaces): "
+                "use bwrap or docker"
+            )
         return self._launch(network, "cascade-workspace-", workspace)
 
-    def _launch(self, network: bool, dir_prefix: str = "cascade-sandbox-", workspace: Workspace | None = None) -> Launch:
+    def _launch(
+        self, network: bool, dir_prefix: str = "cascade-sandbox-", workspace: Workspace | None = None
+    ) -> Launch:
         workdir = tempfile.mkdtemp(prefix=dir_prefix)
         if self.run_as is not None:
             os.chown(workdir, self.run_as, self.run_as)
@@ -115,8 +130,18 @@ class LocalSandbox(Sandbox):
         options = ["dropcaps,ipc"] if prefix else []
         if workspace is not None:
             tmp_mb = max(8, int(self.defaults["memory_mb"]) // 4)
-            prefix = (*prefix, "sh", "-c", PRIVATE_TREE, "sh", str(workspace.workdir_mb), str(tmp_mb), workdir,
-                      *workspace.hidden, "--")
+            prefix = (
+                *prefix,
+                "sh",
+                "-c",
+                PRIVATE_TREE,
+                "sh",
+                str(workspace.workdir_mb),
+                str(tmp_mb),
+                workdir,
+                *workspace.hidden,
+                "--",
+            )
             options = [f"dropcaps,ipc,account={':'.join((workdir, *PRIVATE_DIRS))}"]
         argv = [*prefix, self.python, "-I", "-S", "-c", agent_source(), workdir, *options]
         return Launch(argv, workdir, user=self.run_as, cleanup=[workdir], agent_protected=bool(prefix))

@@ -70,7 +70,13 @@ class Workspace:
     hidden: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not os.path.isabs(self.workdir) or os.path.normpath(self.workdir) in ("/", "/usr", "/proc", "/dev", "/tmp"):
+        if not os.path.isabs(self.workdir) or os.path.normpath(self.workdir) in (
+            "/",
+            "/usr",
+            "/proc",
+            "/dev",
+            "/tmp",
+        ):
             raise ValueError(f"workspace workdir must be an absolute path of its own, got {self.workdir!r}")
         if self.source is not None and not os.path.isdir(self.source):
             raise ValueError(f"workspace source {self.source!r} is not a directory")
@@ -85,8 +91,13 @@ class Workspace:
 
     def command_env(self, workdir: str) -> dict[str, str]:
         """The environment of a command in this workspace (``workdir``: where it really is)."""
-        base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8",
-                "PYTHONDONTWRITEBYTECODE": "1", "TERM": "dumb"}
+        base = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TERM": "dumb",
+        }
         return {**base, **self.env}
 
 
@@ -111,7 +122,9 @@ def _chunks(root: Path, limit_mb: int) -> list[dict[str, File]]:
         if stat.S_ISDIR(info.st_mode):
             continue
         if not stat.S_ISREG(info.st_mode):
-            raise SandboxError(f"workspace source {source!r}: {rel!r} is not a regular file (symlinks are refused)")
+            raise SandboxError(
+                f"workspace source {source!r}: {rel!r} is not a regular file (symlinks are refused)"
+            )
         total += info.st_size
         if total > limit_mb << 20:
             raise SandboxError(f"workspace source {source!r} is larger than the workdir cap of {limit_mb} MB")

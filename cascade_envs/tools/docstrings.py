@@ -20,7 +20,9 @@ _ANY_HEADER_RE = re.compile(
     r"\s*:\s*$"
 )
 _GOOGLE_ENTRY_RE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:(?:\s+(.*))?$")
-_SPHINX_PARAM_RE = re.compile(r"^\s*:(?:param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?\*{0,2}(\w+)\s*:\s*(.*)$")
+_SPHINX_PARAM_RE = re.compile(
+    r"^\s*:(?:param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?\*{0,2}(\w+)\s*:\s*(.*)$"
+)
 _SPHINX_FIELD_RE = re.compile(r"^\s*:\w+")
 
 

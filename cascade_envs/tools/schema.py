@@ -39,8 +39,13 @@ __all__ = [
     "validate_arguments",
 ]
 
-_JSON_TYPES: dict[type, str] = {str: "string", bool: "boolean", int: "integer", float: "number",
-                                type(None): "null"}
+_JSON_TYPES: dict[type, str] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
 _ARRAY_TYPES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
 _OBJECT_TYPES = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 _UNION_TYPES = (typing.Union, types.UnionType)
@@ -74,8 +79,10 @@ def tool_parameters(fn: Callable[..., Any], hidden: Collection[str] = ()) -> lis
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise ValueError(f"tool function {name!r} takes {p}: a tool takes named parameters only")
         if p.kind is p.POSITIONAL_ONLY:
-            raise ValueError(f"tool function {name!r}: parameter {p.name!r} is positional-only, "
-                             "but tools are called with named arguments")
+            raise ValueError(
+                f"tool function {name!r}: parameter {p.name!r} is positional-only, "
+                "but tools are called with named arguments"
+            )
     unknown = [h for h in hidden if h not in parameters]
     if unknown:
         raise ValueError(f"hidden parameter(s) {unknown} are not parameters of tool function {name!r}")
@@ -92,13 +99,16 @@ def parameters_from_function(fn: Callable[..., Any], *, hidden: Collection[str] 
     for p in tool_parameters(fn, hidden):
         hint = hints.get(p.name, Any)
         if isinstance(hint, _Unresolved):
-            raise ValueError(f"tool function {name!r}: cannot resolve the type of parameter {p.name!r} "
-                             f"({hint.error}); pass parameters= to describe it")
+            raise ValueError(
+                f"tool function {name!r}: cannot resolve the type of parameter {p.name!r} "
+                f"({hint.error}); pass parameters= to describe it"
+            )
         try:
             schema = type_schema(hint)
         except TypeError as exc:
-            raise ValueError(f"tool function {name!r}: parameter {p.name!r}: {exc}; "
-                             "pass parameters= to describe it") from None
+            raise ValueError(
+                f"tool function {name!r}: parameter {p.name!r}: {exc}; pass parameters= to describe it"
+            ) from None
         if p.name in described:
             schema["description"] = described[p.name]
         if p.default is p.empty:
@@ -114,7 +124,9 @@ def type_schema(tp: Any) -> dict[str, Any]:
     return _schema(tp, ())
 
 
-def argument_converters(fn: Callable[..., Any], hidden: Collection[str] = ()) -> dict[str, Callable[[Any], Any]]:
+def argument_converters(
+    fn: Callable[..., Any], hidden: Collection[str] = ()
+) -> dict[str, Callable[[Any], Any]]:
     """How to turn the JSON value of a (top-level) parameter into its declared Python type.
 
     ``Enum`` parameters get the member (``Color("red")``), ``int`` ones an int for an integral float

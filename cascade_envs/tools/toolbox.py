@@ -72,8 +72,10 @@ class Tool:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not TOOL_NAME_RE.match(self.name):
-            raise ValueError(f"a tool name is 1-64 letters, digits or _.:- characters, got {self.name!r} "
-                             "(Tool.from_function and @tool take name=)")
+            raise ValueError(
+                f"a tool name is 1-64 letters, digits or _.:- characters, got {self.name!r} "
+                "(Tool.from_function and @tool take name=)"
+            )
         if not isinstance(self.parameters, dict) or self.parameters.get("type", "object") != "object":
             raise ValueError(f"tool {self.name!r}: parameters must be a JSON schema of type object")
         object.__setattr__(self, "hidden", tuple(self.hidden))
@@ -108,13 +110,31 @@ class Tool:
 
 
 @overload
-def tool(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
-         parameters: dict | None = None, hidden: Iterable[str] = ()) -> Tool: ...
+def tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: dict | None = None,
+    hidden: Iterable[str] = (),
+) -> Tool: ...
 @overload
-def tool(fn: None = None, *, name: str | None = None, description: str | None = None,
-         parameters: dict | None = None, hidden: Iterable[str] = ()) -> Callable[[Callable[..., Any]], Tool]: ...
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
-         parameters: dict | None = None, hidden: Iterable[str] = ()) -> Tool | Callable[[Callable[..., Any]], Tool]:
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: dict | None = None,
+    hidden: Iterable[str] = (),
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: dict | None = None,
+    hidden: Iterable[str] = (),
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator, bare (``@tool``) or with arguments (``@tool(hidden=["db"])``): the function becomes a ``Tool``.
 
     The ``Tool`` stays callable like the function. Decorate plain functions: a ``Tool`` does not bind
@@ -173,7 +193,9 @@ class _Signature:
         accepted = {p.name: p for p in tool_parameters(tool.fn, tool.hidden)}
         properties = tool.parameters.get("properties") or {}
         declared = tool.parameters.get("required") or []
-        if not isinstance(properties, dict) or not all(isinstance(s, (dict, bool)) for s in properties.values()):
+        if not isinstance(properties, dict) or not all(
+            isinstance(s, (dict, bool)) for s in properties.values()
+        ):
             raise ValueError(f"tool {tool.name!r}: 'properties' must map each parameter to a schema")
         if not isinstance(declared, list) or not all(isinstance(name, str) for name in declared):
             raise ValueError(f"tool {tool.name!r}: 'required' must be a list of parameter names")
@@ -182,12 +204,18 @@ class _Signature:
             raise ValueError(f"tool {tool.name!r} announces hidden parameter(s) {hidden}")
         foreign = [name for name in properties if name not in accepted]
         if foreign:
-            raise ValueError(f"tool {tool.name!r} announces parameter(s) {foreign} that "
-                             f"{function_name(tool.fn)!r} does not take")
+            raise ValueError(
+                f"tool {tool.name!r} announces parameter(s) {foreign} that "
+                f"{function_name(tool.fn)!r} does not take"
+            )
         needed = [name for name, p in accepted.items() if p.default is p.empty]
         required = list(dict.fromkeys([*declared, *needed]))
-        self.schema = {**tool.parameters, "properties": properties, "required": required,
-                       "additionalProperties": False}
+        self.schema = {
+            **tool.parameters,
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        }
         self.converters = argument_converters(tool.fn, tool.hidden)
 
 
@@ -202,8 +230,14 @@ class Toolbox:
     an argument given as ``null`` counts as not given (as NeMo Gym's servers drop them).
     """
 
-    def __init__(self, tools: Iterable[Tool | Callable[..., Any]], *, max_result_chars: int = 20_000,
-                 timeout_s: float = 30.0, drop_nulls: bool = False):
+    def __init__(
+        self,
+        tools: Iterable[Tool | Callable[..., Any]],
+        *,
+        max_result_chars: int = 20_000,
+        timeout_s: float = 30.0,
+        drop_nulls: bool = False,
+    ):
         if max_result_chars < 1:
             raise ValueError("max_result_chars must be at least 1")
         if not timeout_s > 0:
@@ -252,14 +286,27 @@ class Toolbox:
             function = normalise_tool(spec)["function"]
             base = self._tools.get(function["name"])
             if base is None:
-                raise ValueError(f"a tool spec names {function['name']!r}, which this toolbox lacks "
-                                 f"(it has: {', '.join(self.names) or 'no tools'})")
+                raise ValueError(
+                    f"a tool spec names {function['name']!r}, which this toolbox lacks "
+                    f"(it has: {', '.join(self.names) or 'no tools'})"
+                )
             description = function.get("description")
             parameters = function.get("parameters") or {"type": "object", "properties": {}}
-            tools.append(Tool(base.name, base.description if description is None else description,
-                              copy.deepcopy(parameters), base.fn, base.hidden))
-        return Toolbox(tools, max_result_chars=self.max_result_chars, timeout_s=self.timeout_s,
-                       drop_nulls=self.drop_nulls)
+            tools.append(
+                Tool(
+                    base.name,
+                    base.description if description is None else description,
+                    copy.deepcopy(parameters),
+                    base.fn,
+                    base.hidden,
+                )
+            )
+        return Toolbox(
+            tools,
+            max_result_chars=self.max_result_chars,
+            timeout_s=self.timeout_s,
+            drop_nulls=self.drop_nulls,
+        )
 
     async def acall(self, call: ToolCall, context: Mapping[str, Any] | None = None) -> ToolResult:
         """Run ``call``; hidden parameters come from ``context`` (a missing one raises ``KeyError``).
@@ -273,9 +320,13 @@ class Toolbox:
         context = context or {}
         missing = [name for name in chosen.hidden if name not in context]
         if missing:
-            raise KeyError(f"tool {chosen.name!r} needs {missing} in the context (hidden parameters the env injects)")
+            raise KeyError(
+                f"tool {chosen.name!r} needs {missing} in the context (hidden parameters the env injects)"
+            )
         signature = self._signatures[chosen.name]
-        given = {k: v for k, v in call.arguments.items() if v is not None} if self.drop_nulls else call.arguments
+        given = (
+            {k: v for k, v in call.arguments.items() if v is not None} if self.drop_nulls else call.arguments
+        )
         problems = validate_arguments(signature.schema, given)
         arguments = dict(given) if not problems else {}
         for name, convert in signature.converters.items():
@@ -297,7 +348,9 @@ class Toolbox:
             return self._failure(call, f"{chosen.name} timed out after {self.timeout_s:g} s", start)
         except Exception as exc:
             log.debug("tool %s raised", chosen.name, exc_info=True)
-            return self._failure(call, clip(f"{chosen.name} failed: {type(exc).__name__}: {exc}", MAX_ERROR_CHARS), start)
+            return self._failure(
+                call, clip(f"{chosen.name} failed: {type(exc).__name__}: {exc}", MAX_ERROR_CHARS), start
+            )
         seconds = time.perf_counter() - start
         try:
             content = render_result(value)
@@ -306,8 +359,15 @@ class Toolbox:
             return self._failure(call, clip(message, MAX_ERROR_CHARS), start)
         return ToolResult(call, self._cut(content), ok=True, value=value, seconds=seconds)
 
-    async def aturn(self, reply: str, context: Mapping[str, Any] | None = None, *, max_calls: int,
-                    parser: str = DEFAULT_TOOL_PARSER, stop: Callable[[], str | None] | None = None) -> ToolTurn:
+    async def aturn(
+        self,
+        reply: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        max_calls: int,
+        parser: str = DEFAULT_TOOL_PARSER,
+        stop: Callable[[], str | None] | None = None,
+    ) -> ToolTurn:
         """Answer one model reply with its tool calls: the tool turn of a multi-turn env.
 
         A reply cut at the length limit runs nothing (the env ends the episode truncated). The calls
@@ -335,7 +395,7 @@ class Toolbox:
             turn.messages.append(result.message())
         room = max_calls - turn.calls
         turn.messages += [_error_message(error) for error in parsed.errors[:room]]
-        names = [call.name for call in parsed.calls[turn.calls:]]
+        names = [call.name for call in parsed.calls[turn.calls :]]
         left = len(names) + max(0, len(parsed.errors) - room)
         if left:
             shown = ", ".join(names[:MAX_LISTED_NAMES]) + (", ..." if len(names) > MAX_LISTED_NAMES else "")

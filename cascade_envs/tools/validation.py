@@ -46,8 +46,14 @@ def json_type(value: Any) -> str:
     """The JSON type name of a Python value (``integer`` for an int, ``number`` for a float)."""
     if value is None:
         return "null"
-    for kind, types in (("boolean", bool), ("integer", int), ("number", float), ("string", str),
-                        ("array", (list, tuple)), ("object", dict)):
+    for kind, types in (
+        ("boolean", bool),
+        ("integer", int),
+        ("number", float),
+        ("string", str),
+        ("array", (list, tuple)),
+        ("object", dict),
+    ):
         if isinstance(value, types):
             return kind
     return type(value).__name__
@@ -70,7 +76,9 @@ def _check(schema: Any, value: Any, path: str, problems: list[str]) -> None:
             got = "null" if value is None else f"{json_type(value)} {show(value)}"
             problems.append(f"{where}: expected {' or '.join(map(str, kinds))}, got {got}")
             return
-    if isinstance(schema.get("enum"), list) and not any(_json_equal(value, option) for option in schema["enum"]):
+    if isinstance(schema.get("enum"), list) and not any(
+        _json_equal(value, option) for option in schema["enum"]
+    ):
         options = ", ".join(show(option) for option in schema["enum"])
         problems.append(f"{where}: {show(value)} is not one of {options}")
     if "const" in schema and not _json_equal(value, schema["const"]):
@@ -88,7 +96,9 @@ def _check(schema: Any, value: Any, path: str, problems: list[str]) -> None:
         _check_number(schema, value, where, problems)
 
 
-def _check_alternatives(keyword: str, branches: list[Any], value: Any, path: str, problems: list[str]) -> None:
+def _check_alternatives(
+    keyword: str, branches: list[Any], value: Any, path: str, problems: list[str]
+) -> None:
     where = f"argument {path!r}" if path else "arguments"
     results = []
     for branch in branches:
@@ -147,7 +157,9 @@ def _check_string(schema: dict, value: str, where: str, problems: list[str]) -> 
         try:
             matched = _compiled(schema["pattern"]).search(value) is not None
         except re.error as exc:
-            problems.append(f"{where}: the tool's schema has an invalid pattern {schema['pattern']!r} ({exc})")
+            problems.append(
+                f"{where}: the tool's schema has an invalid pattern {schema['pattern']!r} ({exc})"
+            )
         else:
             if not matched:
                 problems.append(f"{where}: {show(value)} does not match the pattern {schema['pattern']!r}")
@@ -174,13 +186,18 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 def _has_type(value: Any, kind: Any) -> bool:
     if kind == "integer":
         return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer())
+            isinstance(value, float) and value.is_integer()
+        )
     if kind == "number":
         return _is_number(value)
     if kind == "null":
         return value is None
-    checks: dict[str, type | tuple[type, ...]] = {"string": str, "boolean": bool, "array": (list, tuple),
-                                                  "object": dict}
+    checks: dict[str, type | tuple[type, ...]] = {
+        "string": str,
+        "boolean": bool,
+        "array": (list, tuple),
+        "object": dict,
+    }
     if not isinstance(kind, str) or kind not in checks:
         return True  # an unknown type name constrains nothing
     return isinstance(value, checks[kind])
@@ -197,11 +214,19 @@ def _json_equal(a: Any, b: Any) -> bool:
     if _is_number(a) or _is_number(b):
         return _is_number(a) and _is_number(b) and a == b
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
-                and all(_json_equal(x, y) for x, y in zip(a, b, strict=True)))
+        return (
+            isinstance(a, (list, tuple))
+            and isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
     if isinstance(a, dict) or isinstance(b, dict):
-        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
-                and all(_json_equal(a[k], b[k]) for k in a))
+        return (
+            isinstance(a, dict)
+            and isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(_json_equal(a[k], b[k]) for k in a)
+        )
     return bool(a == b)
 
 

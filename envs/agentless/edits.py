@@ -97,7 +97,9 @@ def parse_edits(text: str, *, max_chars: int = MAX_ANSWER_CHARS, max_edits: int 
             continue
         start, search, replace = block
         if marker == SEARCH:
-            raise EditFormatError(f"line {number}: a new SEARCH block starts before the one of line {start} ends")
+            raise EditFormatError(
+                f"line {number}: a new SEARCH block starts before the one of line {start} ends"
+            )
         if replace is None:
             if marker == DIVIDER:
                 block = (start, search, [])
@@ -113,7 +115,9 @@ def parse_edits(text: str, *, max_chars: int = MAX_ANSWER_CHARS, max_edits: int 
             continue
         assert path is not None
         edit = Edit(path, tuple(search), tuple(replace), start)
-        if not any(e.path == edit.path and e.search == edit.search and e.replace == edit.replace for e in edits):
+        if not any(
+            e.path == edit.path and e.search == edit.search and e.replace == edit.replace for e in edits
+        ):
             edits.append(edit)
             if len(edits) > max_edits:
                 raise EditFormatError(f"more than {max_edits} SEARCH/REPLACE blocks")
@@ -172,9 +176,13 @@ def apply_edits(files: Mapping[str, str], edits: list[Edit]) -> dict[str, str]:
         hay, needle = "\n" + "\n".join(lines) + "\n", "\n" + "\n".join(edit.search) + "\n"
         found = hay.find(needle)
         if found < 0:
-            raise EditFormatError(f"{where}: the SEARCH lines are not in the file{_near_miss(lines, edit.search)}")
+            raise EditFormatError(
+                f"{where}: the SEARCH lines are not in the file{_near_miss(lines, edit.search)}"
+            )
         if hay.find(needle, found + 1) >= 0:
-            raise EditFormatError(f"{where}: the SEARCH lines match more than one place; include more context")
+            raise EditFormatError(
+                f"{where}: the SEARCH lines match more than one place; include more context"
+            )
         first = hay.count("\n", 0, found)
         lines[first : first + len(edit.search)] = edit.replace
         current[key] = join_lines(lines, final_newline)
@@ -220,7 +228,9 @@ def _with_ends(text: str) -> list[str]:
     return ended
 
 
-def make_patch(files: Mapping[str, str], changed: Mapping[str, str], diff_path: Callable[[str], str] = str) -> str:
+def make_patch(
+    files: Mapping[str, str], changed: Mapping[str, str], diff_path: Callable[[str], str] = str
+) -> str:
     """One git-style patch of every changed file, in path order; ``diff_path`` maps a key to the
     path the patch names (e.g. without a leading repository folder)."""
     return "".join(unified_diff(diff_path(key), files[key], changed[key]) for key in sorted(changed))

@@ -130,10 +130,15 @@ class AgentlessRepairEnv(JudgedEnv[AgentlessTask]):
     async def _score_repair(self, spec: RepairSpec, answer: str) -> Reward:
         similarity = self.reward_kind == "similarity"
         if len(answer) > self.max_answer_chars:
-            return self._format_error(f"the reply has {len(answer)} characters, over the {self.max_answer_chars} parsed")
+            return self._format_error(
+                f"the reply has {len(answer)} characters, over the {self.max_answer_chars} parsed"
+            )
         reference_chars = sum(map(len, spec.reference.values()))
-        inline = (len(answer) <= INLINE_ANSWER_CHARS and sum(map(len, spec.files.values())) <= INLINE_FILE_CHARS
-                  and (not similarity or len(answer) * reference_chars <= INLINE_SIMILARITY_COST))
+        inline = (
+            len(answer) <= INLINE_ANSWER_CHARS
+            and sum(map(len, spec.files.values())) <= INLINE_FILE_CHARS
+            and (not similarity or len(answer) * reference_chars <= INLINE_SIMILARITY_COST)
+        )
         try:
             outcome: Outcome = await self.verifier.run(
                 score_repair, spec, answer, similarity, self.max_answer_chars, self.max_edits, inline=inline
@@ -144,12 +149,19 @@ class AgentlessRepairEnv(JudgedEnv[AgentlessTask]):
             return Reward.failed(f"scoring the edits failed: {exc}", reward_kind=self.reward_kind)
         if outcome.error is not None:
             return self._format_error(outcome.error)
-        info: dict[str, Any] = {"format_error": 0.0, "reward_kind": self.reward_kind, "edits": outcome.edits,
-                                "files_changed": outcome.changed, "model_patch": outcome.patch}
+        info: dict[str, Any] = {
+            "format_error": 0.0,
+            "reward_kind": self.reward_kind,
+            "edits": outcome.edits,
+            "files_changed": outcome.changed,
+            "model_patch": outcome.patch,
+        }
         if similarity:
             assert outcome.similarity is not None
             info["file_similarity"] = outcome.file_similarity
-            return Reward(outcome.similarity, info, reason=f"similarity {outcome.similarity:.3f} to the reference")
+            return Reward(
+                outcome.similarity, info, reason=f"similarity {outcome.similarity:.3f} to the reference"
+            )
         touched = sorted(set(outcome.changed) | set(spec.reference))
         try:
             score = await self.ajudge(judge_messages(spec, outcome.patch, touched), parse_judge_score)
@@ -159,8 +171,11 @@ class AgentlessRepairEnv(JudgedEnv[AgentlessTask]):
         return Reward(score / SCORE_SCALE, info, reason=f"judge score {score:g}/{SCORE_SCALE}")
 
     def _format_error(self, error: str) -> Reward:
-        return Reward(self._format_error_value(), {"format_error": 1.0, "reward_kind": self.reward_kind},
-                      reason=f"format error: {error}")
+        return Reward(
+            self._format_error_value(),
+            {"format_error": 1.0, "reward_kind": self.reward_kind},
+            reason=f"format error: {error}",
+        )
 
     def _format_error_value(self) -> float:
         return self.format_error_reward if self.reward_kind == "similarity" else 0.0
@@ -175,7 +190,11 @@ class AgentlessRepairEnv(JudgedEnv[AgentlessTask]):
 
 def _score_choice(spec: ChoiceSpec, answer: str) -> Reward:
     letter = chosen_letter(answer, spec.letters, spec.grading_mode)
-    info = {"expected_answer": "/".join(spec.gold), "extracted_answer": letter, "grading_mode": spec.grading_mode}
+    info = {
+        "expected_answer": "/".join(spec.gold),
+        "extracted_answer": letter,
+        "grading_mode": spec.grading_mode,
+    }
     if letter is None:
         return Reward.zero(f"no option letter in a <solution> block ({spec.grading_mode})", **info)
     if letter not in spec.gold:
@@ -190,4 +209,6 @@ def _score_repro(spec: ReproSpec, answer: str) -> Reward:
     image = f" ({spec.image})" if spec.image else ""
     return Reward.failed(
         f"repro-gen rows are scored by running the test in the instance's container image{image}, before "
-        "and after the reference patch (exit code 2, then 0); this env runs no containers", test_script=test)
+        "and after the reference patch (exit code 2, then 0); this env runs no containers",
+        test_script=test,
+    )

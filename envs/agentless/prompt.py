@@ -102,8 +102,10 @@ breaking other behaviour. Check the logic line by line; do not reward length or 
 
 Explain briefly, then end with one line: SCORE: <an integer from 0 to 10>"""
 
-_SCORE = re.compile(r"^[\s*#>_`]*score[\s*_`]*[:=][\s*_`]*(\d+(?:\.\d+)?)\s*(?:/\s*10)?[\s*_`.]*$",
-                    re.IGNORECASE | re.MULTILINE)
+_SCORE = re.compile(
+    r"^[\s*#>_`]*score[\s*_`]*[:=][\s*_`]*(\d+(?:\.\d+)?)\s*(?:/\s*10)?[\s*_`.]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 def repair_messages(spec: RepairSpec) -> list[Message]:
@@ -111,7 +113,9 @@ def repair_messages(spec: RepairSpec) -> list[Message]:
     assert spec.shown is not None
     files = "\n\n".join(FILE_TEMPLATE.format(path=path, content=spec.files[path]) for path in spec.shown)
     repo = f" in the repository {spec.repo}" if spec.repo else ""
-    return [{"role": "user", "content": REPAIR_TEMPLATE.format(repo=repo, issue=spec.issue.strip(), files=files)}]
+    return [
+        {"role": "user", "content": REPAIR_TEMPLATE.format(repo=repo, issue=spec.issue.strip(), files=files)}
+    ]
 
 
 def judge_messages(spec: RepairSpec, candidate: str, touched: list[str]) -> list[Message]:
@@ -123,12 +127,17 @@ def judge_messages(spec: RepairSpec, candidate: str, touched: list[str]) -> list
     issue = spec.issue.strip()
     if len(issue) > MAX_JUDGE_ISSUE_CHARS:
         issue = issue[:MAX_JUDGE_ISSUE_CHARS] + "\n[... the rest of the issue is cut ...]"
-    originals = [FILE_TEMPLATE.format(path=spec.diff_path(k), content=spec.files[k]) for k in touched if k in spec.files]
+    originals = [
+        FILE_TEMPLATE.format(path=spec.diff_path(k), content=spec.files[k])
+        for k in touched
+        if k in spec.files
+    ]
     files = ""
     if originals and sum(map(len, originals)) <= MAX_JUDGE_FILE_CHARS:
         files = "\nThe files before any patch:\n\n" + "\n\n".join(originals) + "\n"
-    user = JUDGE_TEMPLATE.format(issue=issue, reference=spec.reference_patch.strip(), candidate=candidate.strip(),
-                                 files=files)
+    user = JUDGE_TEMPLATE.format(
+        issue=issue, reference=spec.reference_patch.strip(), candidate=candidate.strip(), files=files
+    )
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 

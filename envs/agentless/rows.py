@@ -101,8 +101,10 @@ def load_row(row: Row, top_k: int) -> tuple[Prompt | None, Spec]:
         return Prompt.of(row), _swerl_gen(row)
     if "files" in row:
         return None, _own_repair(row, top_k)
-    raise TaskError("not an agentless row: expected 'files' (a repair row), 'instance' (NeMo Gym swerl_gen) "
-                    "or 'options' (NeMo Gym swerl_llm_judge)")
+    raise TaskError(
+        "not an agentless row: expected 'files' (a repair row), 'instance' (NeMo Gym swerl_gen) "
+        "or 'options' (NeMo Gym swerl_llm_judge)"
+    )
 
 
 def _text(row: dict[str, Any], name: str, where: str | None = None) -> str:
@@ -118,8 +120,13 @@ def _check_files(files: Any, where: str) -> dict[str, str]:
     if len(files) > MAX_FILES:
         raise TaskError(f"{len(files)} files, over the {MAX_FILES} a task may show", where)
     for path, content in files.items():
-        if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/") \
-                or posixpath.normpath(path) != path:
+        if (
+            not isinstance(path, str)
+            or not path
+            or path.startswith("/")
+            or ".." in path.split("/")
+            or posixpath.normpath(path) != path
+        ):
             raise TaskError(f"{path!r} is not a normal relative path", where)
         if not isinstance(content, str):
             raise TaskError(f"the content of {path} must be text, got {type(content).__name__}", where)
@@ -130,7 +137,9 @@ def _check_files(files: Any, where: str) -> dict[str, str]:
     return files
 
 
-def reference_changes(files: dict[str, str], patch: str, strip_repo_folder: bool, where: str) -> dict[str, str]:
+def reference_changes(
+    files: dict[str, str], patch: str, strip_repo_folder: bool, where: str
+) -> dict[str, str]:
     """Apply the reference ``patch`` to ``files``: each touched file's change in normal form."""
     keys = {patch_path(key, strip_repo_folder): key for key in files}
     changes: dict[str, str] = {}
@@ -163,7 +172,9 @@ def _own_repair(row: dict[str, Any], top_k: int) -> RepairSpec:
     reference = reference_changes(files, patch, False, "patch")
     outside = sorted(set(reference) - set(gold))
     if outside:
-        raise TaskError(f"the reference patch changes {outside}, which gold_files does not list", "gold_files")
+        raise TaskError(
+            f"the reference patch changes {outside}, which gold_files does not list", "gold_files"
+        )
     repo = row.get("repo", "")
     if not isinstance(repo, str):
         raise TaskError("must be text", "repo")
@@ -195,7 +206,9 @@ def _swerl_gen(row: dict[str, Any]) -> RepairSpec | ReproSpec:
         image = metadata.get("image")
         return ReproSpec(instance_id, image if isinstance(image, str) else "")
     if mode != "eval":
-        raise TaskError(f"unknown mode {mode!r:.40}; NeMo Gym's swerl_gen knows 'eval' and 'repro-gen'", "mode")
+        raise TaskError(
+            f"unknown mode {mode!r:.40}; NeMo Gym's swerl_gen knows 'eval' and 'repro-gen'", "mode"
+        )
     files = decode_json_field(metadata.get("relevant_file_contents"), "metadata.relevant_file_contents")
     files = _check_files(files, "metadata.relevant_file_contents")
     strip = metadata.get("remove_repo_name", False)
@@ -204,8 +217,15 @@ def _swerl_gen(row: dict[str, Any]) -> RepairSpec | ReproSpec:
     issue = _text(instance, "problem_statement", "instance.problem_statement")
     patch = _text(instance, "patch", "instance.patch")
     reference = reference_changes(files, patch, strip, "instance.patch")
-    return RepairSpec(issue, files, patch, reference, solution_tags=True, strip_repo_folder=strip,
-                      repo=str(instance.get("repo", "")))
+    return RepairSpec(
+        issue,
+        files,
+        patch,
+        reference,
+        solution_tags=True,
+        strip_repo_folder=strip,
+        repo=str(instance.get("repo", "")),
+    )
 
 
 def _choice(row: dict[str, Any]) -> ChoiceSpec:
@@ -215,7 +235,9 @@ def _choice(row: dict[str, Any]) -> ChoiceSpec:
     letters: list[str] = []
     for entry in options:
         if not isinstance(entry, dict) or len(entry) != 1:
-            raise TaskError(f"each option must be one {{letter: fix}} pair, got {str(entry)[:60]!r}", "options")
+            raise TaskError(
+                f"each option must be one {{letter: fix}} pair, got {str(entry)[:60]!r}", "options"
+            )
         (letter,) = entry
         if not (isinstance(letter, str) and len(letter) == 1 and letter.isalpha()):
             raise TaskError(f"option keys must be single letters, got {letter!r:.20}", "options")
@@ -226,7 +248,9 @@ def _choice(row: dict[str, Any]) -> ChoiceSpec:
         raise TaskError("must be an option letter or a list of them", "expected_answer")
     gold = [a.strip().upper() for a in answers if isinstance(a, str)]
     if not gold or any(g not in letters for g in gold):
-        raise TaskError(f"must be among the option letters {letters}, got {expected!r:.40}", "expected_answer")
+        raise TaskError(
+            f"must be among the option letters {letters}, got {expected!r:.40}", "expected_answer"
+        )
     mode = row.get("grading_mode") or "lenient"
     if mode not in GRADING_MODES:
         raise TaskError(f"unknown mode {mode!r:.40}; choose from {list(GRADING_MODES)}", "grading_mode")

@@ -36,8 +36,13 @@ class Outcome:
     file_similarity: dict[str, float] = field(default_factory=dict)
 
 
-def score_repair(spec: RepairSpec, answer: str, with_similarity: bool,
-                 max_chars: int = MAX_ANSWER_CHARS, max_edits: int = MAX_EDITS) -> Outcome:
+def score_repair(
+    spec: RepairSpec,
+    answer: str,
+    with_similarity: bool,
+    max_chars: int = MAX_ANSWER_CHARS,
+    max_edits: int = MAX_EDITS,
+) -> Outcome:
     """Parse ``answer``'s edits, apply them to ``spec.files`` and diff; with the similarity if asked."""
     try:
         text = solution_text(answer, required=spec.solution_tags)
@@ -45,7 +50,9 @@ def score_repair(spec: RepairSpec, answer: str, with_similarity: bool,
         changed = apply_edits(spec.files, edits)
     except EditFormatError as exc:
         return Outcome(error=str(exc))
-    outcome = Outcome(patch=make_patch(spec.files, changed, spec.diff_path), edits=len(edits), changed=sorted(changed))
+    outcome = Outcome(
+        patch=make_patch(spec.files, changed, spec.diff_path), edits=len(edits), changed=sorted(changed)
+    )
     if with_similarity:
         predicted = {key: normalized_change(spec.files[key], new) for key, new in changed.items()}
         outcome.similarity, outcome.file_similarity = similarity_reward(predicted, spec.reference)

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 
 def normalized_change(old: str, new: str) -> str:
     """The change from ``old`` to ``new`` in SWE-RL's normal form ("" when they are equal)."""
-    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), fromfile="old", tofile="new", lineterm="", n=3)
+    diff = difflib.unified_diff(
+        old.splitlines(), new.splitlines(), fromfile="old", tofile="new", lineterm="", n=3
+    )
     return "\n".join(list(diff)[2:])
 
 
@@ -27,7 +29,9 @@ def change_similarity(predicted: str, reference: str) -> float:
     return difflib.SequenceMatcher(None, predicted, reference, autojunk=False).ratio()
 
 
-def similarity_reward(predicted: Mapping[str, str], reference: Mapping[str, str]) -> tuple[float, dict[str, float]]:
+def similarity_reward(
+    predicted: Mapping[str, str], reference: Mapping[str, str]
+) -> tuple[float, dict[str, float]]:
     """The mean per-file similarity of two ``{path: change}`` maps, with each file's score."""
     paths = sorted(set(predicted) | set(reference))
     if not paths:

@@ -26,19 +26,30 @@ SLACK_S = 10.0
 class VerifierClient:
     """Talks to one or more services (``url`` may be a list or comma-separated), least-loaded first."""
 
-    def __init__(self, url: str | list[str], *, timeout_s: float = 600.0, config: JudgeConfig | None = None,
-                 connect_retries: int = 3, max_connections: int = 256):
+    def __init__(
+        self,
+        url: str | list[str],
+        *,
+        timeout_s: float = 600.0,
+        config: JudgeConfig | None = None,
+        connect_retries: int = 3,
+        max_connections: int = 256,
+    ):
         urls = url.split(",") if isinstance(url, str) else list(url)
         self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
         if not self.urls:
             raise ValueError("verifier_url: no service URL given")
         self.timeout_s = timeout_s
-        self.config = {k: v for k, v in asdict(config or JudgeConfig()).items()
-                       if k not in ("cpp_flags", "cache_size", "max_concurrency")}
+        self.config = {
+            k: v
+            for k, v in asdict(config or JudgeConfig()).items()
+            if k not in ("cpp_flags", "cache_size", "max_concurrency")
+        }
         self.connect_retries = connect_retries
         self.max_connections = max_connections
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RetryingClient] = (
-            weakref.WeakKeyDictionary())
+            weakref.WeakKeyDictionary()
+        )
 
     def _client(self) -> RetryingClient:
         """One client per event loop (sync callers may use a new loop each time)."""
@@ -76,7 +87,12 @@ class VerifierClient:
 def _reward(data: Any) -> Reward:
     try:
         reward = data["reward"]
-        return Reward(reward["value"], reward.get("components") or {}, reward.get("reason"), reward.get("error"),
-                      bool(reward.get("masked")))
+        return Reward(
+            reward["value"],
+            reward.get("components") or {},
+            reward.get("reason"),
+            reward.get("error"),
+            bool(reward.get("masked")),
+        )
     except Exception as exc:
         return Reward.failed(f"malformed answer from the verification service: {type(exc).__name__}: {exc}")

@@ -55,8 +55,10 @@ def compare_output(got: str, expected: str, float_tolerance: float | None = None
             continue
         if len(g_tokens) == len(w_tokens):
             g_num, w_num = _numbers(g_tokens), _numbers(w_tokens)
-            if g_num is not None and w_num is not None and all(
-                _close(a, b, float_tolerance) for a, b in zip(g_num, w_num, strict=True)
+            if (
+                g_num is not None
+                and w_num is not None
+                and all(_close(a, b, float_tolerance) for a, b in zip(g_num, w_num, strict=True))
             ):
                 continue
         return f"wrong answer on line {index + 1}: got {_clip(g)!r}, expected {_clip(w)!r}"
@@ -82,7 +84,9 @@ def compare_value(got: Any, expected: Any, float_tolerance: float | None = None)
             compare_value(g, e, float_tolerance) for g, e in zip(got, expected, strict=True)
         )
     if isinstance(expected, dict) and isinstance(got, dict):
-        return got.keys() == expected.keys() and all(compare_value(got[k], expected[k], float_tolerance) for k in got)
+        return got.keys() == expected.keys() and all(
+            compare_value(got[k], expected[k], float_tolerance) for k in got
+        )
     return type(got) is type(expected) and got == expected
 
 

@@ -6,15 +6,21 @@ from ...data import read_rows
 from ...testing import Case
 
 ROW = next(row for _, row in read_rows("bundled:code/samples.jsonl"))
-SUM = ("```python\nimport sys\nd = sys.stdin.read().split()\nt = int(d[0])\n"
-       "print('\\n'.join(str(int(d[1 + 2 * i]) + int(d[2 + 2 * i])) for i in range(t)))\n```")
+SUM = (
+    "```python\nimport sys\nd = sys.stdin.read().split()\nt = int(d[0])\n"
+    "print('\\n'.join(str(int(d[1 + 2 * i]) + int(d[2 + 2 * i])) for i in range(t)))\n```"
+)
 
 
-def tests_row(inputs: list[Any], outputs: list[Any], fn_name: str | None = None, **meta: Any) -> dict[str, Any]:
+def tests_row(
+    inputs: list[Any], outputs: list[Any], fn_name: str | None = None, **meta: Any
+) -> dict[str, Any]:
     """A row with these unit tests (and ``verifier_metadata`` extras)."""
     tests = {"inputs": inputs, "outputs": outputs, **({"fn_name": fn_name} if fn_name else {})}
-    return {"responses_create_params": {"input": [{"role": "user", "content": "Solve it."}]},
-            "verifier_metadata": {"unit_tests": tests, **meta}}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": "Solve it."}]},
+        "verifier_metadata": {"unit_tests": tests, **meta},
+    }
 
 
 CASE = Case(

@@ -54,8 +54,13 @@ class CodeEnv(Env[CodeProblem]):
         **kwargs: Any,
     ):
         super().__init__(tasks, **kwargs)
-        config = JudgeConfig(time_limit_s=time_limit_s, memory_mb=memory_mb, total_time_s=total_time_s,
-                             stop_at_first_failure=stop_at_first_failure, max_concurrency=max_concurrency)
+        config = JudgeConfig(
+            time_limit_s=time_limit_s,
+            memory_mb=memory_mb,
+            total_time_s=total_time_s,
+            stop_at_first_failure=stop_at_first_failure,
+            max_concurrency=max_concurrency,
+        )
         if verifier_url and ray_actors is not None:
             raise ValueError("pass verifier_url= (HTTP service) or ray_actors= (Ray actors), not both")
         # Run-wide resources, owned by this env (it serves every episode of a run) and closed by aclose.
@@ -64,9 +69,13 @@ class CodeEnv(Env[CodeProblem]):
         if verifier_url:
             self.client = VerifierClient(verifier_url, timeout_s=verifier_timeout_s, config=config)
         elif ray_actors is not None:
-            settings = {"sandbox": sandbox if isinstance(sandbox, str) else None, "time_limit_s": time_limit_s,
-                        "memory_mb": memory_mb, "total_time_s": total_time_s,
-                        "stop_at_first_failure": stop_at_first_failure}
+            settings = {
+                "sandbox": sandbox if isinstance(sandbox, str) else None,
+                "time_limit_s": time_limit_s,
+                "memory_mb": memory_mb,
+                "total_time_s": total_time_s,
+                "stop_at_first_failure": stop_at_first_failure,
+            }
             self.client = RayVerifier(type(self), ray_actors, settings)
         else:  # choose the backend now: without a usable one this raises (one line naming the fix)
             _ = self.judge.sandbox
@@ -85,4 +94,3 @@ class CodeEnv(Env[CodeProblem]):
         if client is not None:
             await client.aclose()
         await super().aclose()
-

@@ -15,8 +15,16 @@ FENCE = re.compile(r"^[ \t]*+(`{3,}+|~{3,}+)([^\n]*+)$", re.MULTILINE)
 INFO_WORD = re.compile(r"[ \t]*+([^\s`]*+)")
 TICK_LINE = re.compile(r"^[ \t]*+(`++)[ \t]*+$", re.MULTILINE)
 LANGUAGES = {
-    "python": "python", "python3": "python", "py": "python", "py3": "python",
-    "cpp": "cpp", "c++": "cpp", "cc": "cpp", "cxx": "cpp", "c++17": "cpp", "cpp17": "cpp",
+    "python": "python",
+    "python3": "python",
+    "py": "python",
+    "py3": "python",
+    "cpp": "cpp",
+    "c++": "cpp",
+    "cc": "cpp",
+    "cxx": "cpp",
+    "c++17": "cpp",
+    "cpp17": "cpp",
 }
 
 

@@ -14,7 +14,7 @@ DRIVER_NAME = "_driver.py"
 SOLUTION_NAME = "solution.py"
 RESULT_MARKER = "\x1e__cascade_result__\x1e"
 
-DRIVER = r'''
+DRIVER = r"""
 import json, sys
 marker = __MARKER__
 args = [json.loads(line) for line in sys.stdin.read().split("\n") if line.strip()]
@@ -34,7 +34,7 @@ if isinstance(result, (set, frozenset)):
     result = sorted(result)
 real_stdout.write(marker + "\n" + json.dumps(result, default=repr) + "\n")
 real_stdout.flush()
-'''.replace("__MARKER__", repr(RESULT_MARKER))
+""".replace("__MARKER__", repr(RESULT_MARKER))
 
 
 def parse_result(stdout: str) -> tuple[bool, object]:

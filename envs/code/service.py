@@ -67,7 +67,12 @@ def _bad(field: str, expected: str, value: Any) -> HTTPError:
 
 
 def _positive_number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise _bad(field, "a positive finite number", value)
     return float(value)
 
@@ -156,8 +161,13 @@ class RunRequest:
 class VerifyService:
     """Request handling, independent of the HTTP plumbing (so it can be tested directly)."""
 
-    def __init__(self, workers: int | None = None, backend: str | None = None, max_queue: int | None = None,
-                 default_deadline_s: float = 600.0):
+    def __init__(
+        self,
+        workers: int | None = None,
+        backend: str | None = None,
+        max_queue: int | None = None,
+        default_deadline_s: float = 600.0,
+    ):
         self.workers = workers or os.cpu_count() or 1
         self.max_queue = self.workers * 64 if max_queue is None else max_queue
         self.default_deadline_s = default_deadline_s
@@ -167,13 +177,20 @@ class VerifyService:
         self.stats = {"running": 0, "queued": 0, "served": 0, "rejected": 0, "expired": 0, "errors": 0}
 
     async def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        routes: dict[tuple[str, str], tuple[Callable[[dict[str, Any]], Any], Callable[[Any], Awaitable[dict]]]] = {
+        routes: dict[
+            tuple[str, str], tuple[Callable[[dict[str, Any]], Any], Callable[[Any], Awaitable[dict]]]
+        ] = {
             ("POST", "/verify"): (self.prepare_verify, self._verify),
             ("POST", "/run"): (self.prepare_run, self._run),
         }
         if (method, path) == ("GET", "/health"):
-            return 200, {"status": "ok", "backend": self.sandbox.name, "workers": self.workers,
-                         "max_queue": self.max_queue, **self.stats}
+            return 200, {
+                "status": "ok",
+                "backend": self.sandbox.name,
+                "workers": self.workers,
+                "max_queue": self.max_queue,
+                **self.stats,
+            }
         route = routes.get((method, path))
         if route is None:
             return 404, {"error": f"no route {method} {path}"}
@@ -271,7 +288,9 @@ class VerifyService:
             raise _bad("stdin", "a string", stdin)
         timeout_s, memory_mb = payload.get("timeout_s"), payload.get("memory_mb")
         return RunRequest(
-            argv, checked, stdin or "",
+            argv,
+            checked,
+            stdin or "",
             None if timeout_s is None else _positive_number(timeout_s, "timeout_s"),
             None if memory_mb is None else _positive_int(memory_mb, "memory_mb"),
             self._deadline(payload),
@@ -279,8 +298,9 @@ class VerifyService:
 
     async def _run(self, request: RunRequest) -> dict[str, Any]:
         try:
-            result = await self.sandbox.arun(request.argv, request.files, request.stdin, request.timeout_s,
-                                             request.memory_mb)
+            result = await self.sandbox.arun(
+                request.argv, request.files, request.stdin, request.timeout_s, request.memory_mb
+            )
         except (ValueError, TypeError) as exc:
             raise HTTPError(400, str(exc)) from exc
         except SandboxError as exc:  # the sandbox could not start: the service's failure, not the request's
@@ -292,10 +312,17 @@ class VerifyService:
         return await self._run(await asyncio.to_thread(self.prepare_run, payload))
 
 
-async def start_server(host: str = "127.0.0.1", port: int = 8765, workers: int | None = None,
-                       backend: str | None = None, max_queue: int | None = None, *,
-                       max_body_mb: float = MAX_BODY_MB, idle_timeout_s: float = IDLE_TIMEOUT_S,
-                       request_timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[asyncio.Server, VerifyService]:
+async def start_server(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    workers: int | None = None,
+    backend: str | None = None,
+    max_queue: int | None = None,
+    *,
+    max_body_mb: float = MAX_BODY_MB,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+) -> tuple[asyncio.Server, VerifyService]:
     """Start serving on ``host:port`` (port 0 picks a free one) and return the server and service."""
     limits = Limits(max_body_mb, idle_timeout_s, request_timeout_s)
     service = VerifyService(workers, backend, max_queue)
@@ -355,18 +382,36 @@ class BackgroundService:
         self.close()
 
 
-def serve_sandbox(host: str = "127.0.0.1", port: int = 8765, workers: int | None = None,
-                  backend: str | None = None, max_queue: int | None = None, *,
-                  max_body_mb: float = MAX_BODY_MB, idle_timeout_s: float = IDLE_TIMEOUT_S,
-                  request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+def serve_sandbox(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    workers: int | None = None,
+    backend: str | None = None,
+    max_queue: int | None = None,
+    *,
+    max_body_mb: float = MAX_BODY_MB,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+) -> None:
     """Run the verification service until interrupted (the ``cascade-envs serve-sandbox`` command)."""
 
     async def main() -> None:
-        server, service = await start_server(host, port, workers, backend, max_queue, max_body_mb=max_body_mb,
-                                             idle_timeout_s=idle_timeout_s, request_timeout_s=request_timeout_s)
+        server, service = await start_server(
+            host,
+            port,
+            workers,
+            backend,
+            max_queue,
+            max_body_mb=max_body_mb,
+            idle_timeout_s=idle_timeout_s,
+            request_timeout_s=request_timeout_s,
+        )
         bound = server.sockets[0].getsockname()
-        print(f"cascade-envs sandbox service on http://{bound[0]}:{bound[1]} "
-              f"(backend {service.sandbox.name}, {service.workers} workers, queue {service.max_queue})", flush=True)
+        print(
+            f"cascade-envs sandbox service on http://{bound[0]}:{bound[1]} "
+            f"(backend {service.sandbox.name}, {service.workers} workers, queue {service.max_queue})",
+            flush=True,
+        )
         async with server:
             await server.serve_forever()
 

@@ -134,19 +134,32 @@ def parse_code_task(row: dict[str, Any]) -> CodeTask:
                 [json.loads(line) for line in inp.split("\n")]
                 json.loads(out)
             except json.JSONDecodeError as exc:
-                raise TaskError(f"test {i}: function-call tests need JSON values: {exc}",
-                                "verifier_metadata.unit_tests") from exc
+                raise TaskError(
+                    f"test {i}: function-call tests need JSON values: {exc}", "verifier_metadata.unit_tests"
+                ) from exc
     checker = meta.get("checker")
     if checker is not None:
-        if not (isinstance(checker, dict) and checker.get("language") in SUPPORTED_LANGUAGES
-                and isinstance(checker.get("source"), str) and checker["source"].strip()):
-            raise TaskError("expected {'language': 'python'|'cpp', 'source': str}", "verifier_metadata.checker")
+        if not (
+            isinstance(checker, dict)
+            and checker.get("language") in SUPPORTED_LANGUAGES
+            and isinstance(checker.get("source"), str)
+            and checker["source"].strip()
+        ):
+            raise TaskError(
+                "expected {'language': 'python'|'cpp', 'source': str}", "verifier_metadata.checker"
+            )
         checker = Checker(checker["language"], checker["source"])
     languages = meta.get("languages", SUPPORTED_LANGUAGES)
     if isinstance(languages, str):
         languages = [languages]
-    if not isinstance(languages, (list, tuple)) or not languages or not set(languages) <= set(SUPPORTED_LANGUAGES):
-        raise TaskError(f"expected a list drawn from {list(SUPPORTED_LANGUAGES)}", "verifier_metadata.languages")
+    if (
+        not isinstance(languages, (list, tuple))
+        or not languages
+        or not set(languages) <= set(SUPPORTED_LANGUAGES)
+    ):
+        raise TaskError(
+            f"expected a list drawn from {list(SUPPORTED_LANGUAGES)}", "verifier_metadata.languages"
+        )
     if fn_name and "python" not in languages:
         raise TaskError("function-call tests run Python solutions only", "verifier_metadata.languages")
     return CodeTask(

@@ -54,9 +54,11 @@ class Verdict:
     ranking: float
 
     def __post_init__(self) -> None:
-        for name, value, low, high in (("score_1", self.score_1, SCORE_MIN, SCORE_MAX),
-                                       ("score_2", self.score_2, SCORE_MIN, SCORE_MAX),
-                                       ("ranking", self.ranking, RANKING_MIN, RANKING_MAX)):
+        for name, value, low, high in (
+            ("score_1", self.score_1, SCORE_MIN, SCORE_MAX),
+            ("score_2", self.score_2, SCORE_MIN, SCORE_MAX),
+            ("ranking", self.ranking, RANKING_MIN, RANKING_MAX),
+        ):
             if not low <= value <= high:  # also rejects NaN
                 raise ValueError(f"{name} {value:g} is outside {low:g}-{high:g}")
 
@@ -144,8 +146,9 @@ def length_weights(lengths: Sequence[int]) -> list[float]:
     return [w - mean for w in raw]
 
 
-def conciseness_bonuses(scores: Sequence[float], lengths: Sequence[int], bonus: float,
-                        top_fraction: float) -> list[float]:
+def conciseness_bonuses(
+    scores: Sequence[float], lengths: Sequence[int], bonus: float, top_fraction: float
+) -> list[float]:
     """Step 4 for one length: ``bonus`` to each answer tied for the shortest non-empty length whose
     score is in the group's top fraction; 0 to the others."""
     bonuses = [0.0] * len(scores)
@@ -199,38 +202,61 @@ def aggregate_group(
     results: dict[int, RolloutScore] = {}
     for i in candidates:
         scores, failed = verdicts_of[i], failures_of[i]
-        result = RolloutScore("scored", compared=len(scores), failed=len(failed), tie_breaks=ties_of[i],
-                              failures=[f"{o.kind}: {o.failure}" for o in failed])
+        result = RolloutScore(
+            "scored",
+            compared=len(scores),
+            failed=len(failed),
+            tie_breaks=ties_of[i],
+            failures=[f"{o.kind}: {o.failure}" for o in failed],
+        )
         if scores:
             result.base = sum(scores) / len(scores)
         elif not failed:
             result.status, result.reason = "masked", "the plan gave this answer no comparison"
         elif all(o.kind == "reply" for o in failed) and all(
-                (o.second if o.first == i else o.first) in has_verdict for o in failed):
+            (o.second if o.first == i else o.first) in has_verdict for o in failed
+        ):
             result.status = "no_verdict"
-            result.reason = (f"the judge gave no usable verdict in any of this answer's {len(failed)} "
-                             f"comparisons while it judged the other answers: {failed[0].failure}")
+            result.reason = (
+                f"the judge gave no usable verdict in any of this answer's {len(failed)} "
+                f"comparisons while it judged the other answers: {failed[0].failure}"
+            )
         else:
             result.status = "masked"
-            result.reason = f"no verdict in any of {len(failed)} comparisons; {failed[0].kind}: {failed[0].failure}"
+            result.reason = (
+                f"no verdict in any of {len(failed)} comparisons; {failed[0].kind}: {failed[0].failure}"
+            )
         results[i] = result
     bases = {i: r.base for i, r in results.items() if r.base is not None}
     _adjust(results, bases, reasoning_lengths, answer_lengths, coefficients)
     return results
 
 
-def _adjust(results: dict[int, RolloutScore], bases: dict[int, float], reasoning_lengths: Mapping[int, int],
-            answer_lengths: Mapping[int, int], c: Coefficients) -> None:
+def _adjust(
+    results: dict[int, RolloutScore],
+    bases: dict[int, float],
+    reasoning_lengths: Mapping[int, int],
+    answer_lengths: Mapping[int, int],
+    c: Coefficients,
+) -> None:
     """Steps 4-5 over the answers that have a base score; sets each one's ``value``."""
     if not bases:
         return
     indices, scores = list(bases), list(bases.values())
     reasoning = [reasoning_lengths[i] for i in indices]
     answer = [answer_lengths[i] for i in indices]
-    bonus = [a + b for a, b in zip(conciseness_bonuses(scores, reasoning, c.reasoning_bonus, c.top_fraction),
-                                   conciseness_bonuses(scores, answer, c.answer_bonus, c.top_fraction), strict=True)]
-    adjustment = [c.reasoning_length_coeff * r + c.answer_length_coeff * a
-                  for r, a in zip(length_weights(reasoning), length_weights(answer), strict=True)]
+    bonus = [
+        a + b
+        for a, b in zip(
+            conciseness_bonuses(scores, reasoning, c.reasoning_bonus, c.top_fraction),
+            conciseness_bonuses(scores, answer, c.answer_bonus, c.top_fraction),
+            strict=True,
+        )
+    ]
+    adjustment = [
+        c.reasoning_length_coeff * r + c.answer_length_coeff * a
+        for r, a in zip(length_weights(reasoning), length_weights(answer), strict=True)
+    ]
     for i, base, b, adj in zip(indices, scores, bonus, adjustment, strict=True):
         results[i].bonus, results[i].length_adjustment = b, adj
         results[i].value = base + b + adj

@@ -48,10 +48,12 @@ def rubric_verdict(messages: list[dict[str, Any]]) -> tuple[float, float, float]
 
 
 def sectioned_reply(s1: float, s2: float, ranking: float) -> str:
-    return ("Both responses were read.</think>\n[The Begin of Analysis on Response 1]\n...\n"
-            "[The End of Analysis on Response 1]\n[The Begin of Individual Scores]\n"
-            f"\\boxed{{{s1:g}, {s2:g}}}\n[The End of Individual Scores]\n[The Begin of Ranking Score]\n"
-            f"\\boxed{{{ranking:g}}}\n[The End of Ranking Score]")
+    return (
+        "Both responses were read.</think>\n[The Begin of Analysis on Response 1]\n...\n"
+        "[The End of Analysis on Response 1]\n[The Begin of Individual Scores]\n"
+        f"\\boxed{{{s1:g}, {s2:g}}}\n[The End of Individual Scores]\n[The Begin of Ranking Score]\n"
+        f"\\boxed{{{ranking:g}}}\n[The End of Ranking Score]"
+    )
 
 
 def json_reply(s1: float, s2: float, ranking: float) -> str:
@@ -68,8 +70,15 @@ def rubric_reply(messages: list[dict[str, Any]]) -> str:
 CASE = Case(
     good_row=ROW,
     good_answer="<think>Compare tenths: 9 > 1.</think>9.9 is larger.",
-    bad_rows=[({"responses_create_params": {"input": [{"role": "user", "content": "Hi"},
-                                                      {"role": "assistant", "content": "Hello"}]}},
-               "responses_create_params.input")],
+    bad_rows=[
+        (
+            {
+                "responses_create_params": {
+                    "input": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+                }
+            },
+            "responses_create_params.input",
+        )
+    ],
     env_kwargs={"judge_url": ScriptedJudge(rubric_reply)},
 )

@@ -116,10 +116,13 @@ class GenRMEnv(JudgedEnv[Prompt]):
         if parse_retries < 0 or not group_timeout_s > 0 or max_answer_chars < 1:
             raise ValueError("parse_retries must be >= 0, group_timeout_s > 0 and max_answer_chars >= 1")
         self.strategy, self.judges_per_pair = strategy, judges_per_pair
-        self.coefficients = Coefficients(reasoning_bonus, answer_bonus, top_fraction,
-                                         reasoning_length_coeff, answer_length_coeff)
+        self.coefficients = Coefficients(
+            reasoning_bonus, answer_bonus, top_fraction, reasoning_length_coeff, answer_length_coeff
+        )
         self.prompt_format = prompt_format
-        self.prompt_template = check_template(prompt_template) if prompt_template is not None else DEFAULT_TEMPLATE
+        self.prompt_template = (
+            check_template(prompt_template) if prompt_template is not None else DEFAULT_TEMPLATE
+        )
         self.parse_retries = parse_retries
         self.group_timeout_s = float(group_timeout_s)
         self.max_answer_chars = max_answer_chars
@@ -130,44 +133,65 @@ class GenRMEnv(JudgedEnv[Prompt]):
         messages = task.messages
         if messages[-1]["role"] != "user":
             params = row.get("responses_create_params")
-            field = "responses_create_params.input" if isinstance(params, dict) and "input" in params else "messages"
-            raise TaskError(f"the conversation must end with a user turn, not {messages[-1]['role']!r}: "
-                            "the judge compares answers to it", field)
+            field = (
+                "responses_create_params.input"
+                if isinstance(params, dict) and "input" in params
+                else "messages"
+            )
+            raise TaskError(
+                f"the conversation must end with a user turn, not {messages[-1]['role']!r}: "
+                "the judge compares answers to it",
+                field,
+            )
         return task
 
     # ----- scoring a group ----------------------------------------------------------------------
 
-    async def ascore_group(self, task: Prompt, answers: list[str], episodes: list[Episode[Prompt]]) -> list[Reward]:
+    async def ascore_group(
+        self, task: Prompt, answers: list[str], episodes: list[Episode[Prompt]]
+    ) -> list[Reward]:
         unjudged = {i: reason for i, answer in enumerate(answers) if (reason := self._unjudgeable(answer))}
         candidates = [i for i in range(len(answers)) if i not in unjudged]
         if len(answers) == 1 and candidates:
-            return [Reward.failed("a group of one answer cannot be compared: GenRM needs at least 2 "
-                                  "finished answers per prompt (group_size >= 2)")]
+            return [
+                Reward.failed(
+                    "a group of one answer cannot be compared: GenRM needs at least 2 "
+                    "finished answers per prompt (group_size >= 2)"
+                )
+            ]
         scores: dict[int, RolloutScore] = {}
         if candidates:
             shown = [EMPTY_RESPONSE if i in unjudged else answer for i, answer in enumerate(answers)]
-            plan = [(i, j) for i, j in comparison_plan(self.strategy, len(answers), self.judges_per_pair)
-                    if i in candidates or j in candidates]
+            plan = [
+                (i, j)
+                for i, j in comparison_plan(self.strategy, len(answers), self.judges_per_pair)
+                if i in candidates or j in candidates
+            ]
             outcomes = await self._judge_all(self.prompt(task), shown, plan)
             reasoning = {i: len(split_reasoning(episodes[i].final).reasoning) for i in candidates}
             lengths = {i: len(answers[i].strip()) for i in candidates}
             scores = aggregate_group(outcomes, candidates, reasoning, lengths, self.coefficients)
-        return [Reward.zero(unjudged[i]) if i in unjudged else _reward(scores[i], self.strategy)
-                for i in range(len(answers))]
+        return [
+            Reward.zero(unjudged[i]) if i in unjudged else _reward(scores[i], self.strategy)
+            for i in range(len(answers))
+        ]
 
     def _unjudgeable(self, answer: str) -> str | None:
         """Why the judge must not see ``answer`` (it then scores 0), or ``None``."""
         if not has_visible_text(answer):
             return NO_ANSWER
         if len(answer) > self.max_answer_chars:
-            return (f"verifier limit: the answer has {len(answer):,} characters, "
-                    f"over max_answer_chars={self.max_answer_chars:,}")
+            return (
+                f"verifier limit: the answer has {len(answer):,} characters, "
+                f"over max_answer_chars={self.max_answer_chars:,}"
+            )
         if any(mark in answer for mark in NOT_TEXT):
             return "the answer holds bytes that are not text (U+FFFD or NUL): malformed output is not judged"
         return None
 
-    async def _judge_all(self, conversation: list[Message], shown: Sequence[str],
-                         plan: list[tuple[int, int]]) -> list[Outcome]:
+    async def _judge_all(
+        self, conversation: list[Message], shown: Sequence[str], plan: list[tuple[int, int]]
+    ) -> list[Outcome]:
         """Every comparison of ``plan``, concurrently, until the group deadline; the late ones fail."""
         tasks = [asyncio.ensure_future(self._compare(conversation, shown, i, j)) for i, j in plan]
         try:
@@ -179,7 +203,9 @@ class GenRMEnv(JudgedEnv[Prompt]):
         outcomes = []
         for task, (i, j) in zip(tasks, plan, strict=True):
             if task.cancelled():
-                late = f"the group deadline of {self.group_timeout_s:g} s passed before this comparison finished"
+                late = (
+                    f"the group deadline of {self.group_timeout_s:g} s passed before this comparison finished"
+                )
                 outcomes.append(Outcome(i, j, failure=late, kind="deadline"))
             elif (error := task.exception()) is not None:
                 outcomes.append(Outcome(i, j, failure=f"{type(error).__name__}: {error}", kind="judge"))
@@ -190,8 +216,9 @@ class GenRMEnv(JudgedEnv[Prompt]):
     async def _compare(self, conversation: list[Message], shown: Sequence[str], i: int, j: int) -> Outcome:
         """One comparison: answer ``i`` as response 1, ``j`` as response 2; unparseable replies are
         asked again up to ``parse_retries`` times."""
-        messages = comparison_messages(conversation, shown[i], shown[j], prompt_format=self.prompt_format,
-                                       template=self.prompt_template)
+        messages = comparison_messages(
+            conversation, shown[i], shown[j], prompt_format=self.prompt_format, template=self.prompt_template
+        )
         problem = ""
         for _ in range(self.parse_retries + 1):
             try:
@@ -203,17 +230,23 @@ class GenRMEnv(JudgedEnv[Prompt]):
             except ValueError as exc:
                 problem = f"unparseable judge reply ({exc}): {_quote(reply)}"
         replies = self.parse_retries + 1
-        return Outcome(i, j, failure=f"{problem} [{replies} repl{'y' if replies == 1 else 'ies'}]", kind="reply")
+        return Outcome(
+            i, j, failure=f"{problem} [{replies} repl{'y' if replies == 1 else 'ies'}]", kind="reply"
+        )
 
 
 def _reward(score: RolloutScore, strategy: str) -> Reward:
-    components: dict[str, Any] = {"comparisons": score.compared, "failed_comparisons": score.failed,
-                                  "tie_breaks": score.tie_breaks}
+    components: dict[str, Any] = {
+        "comparisons": score.compared,
+        "failed_comparisons": score.failed,
+        "tie_breaks": score.tie_breaks,
+    }
     if score.failures:
         components["failures"] = score.failures[:3]
     if score.value is not None and score.base is not None:
-        components.update(base_score=score.base, conciseness_bonus=score.bonus,
-                          length_adjustment=score.length_adjustment)
+        components.update(
+            base_score=score.base, conciseness_bonus=score.bonus, length_adjustment=score.length_adjustment
+        )
         reason = f"mean judge score {score.base:.3g} over {score.compared} {strategy} comparisons"
         return Reward(score.value, components, reason=reason)
     if score.status == "no_verdict":

@@ -100,10 +100,12 @@ comma, and the ranking, exactly in this layout:
 
 _SCORES_SECTION = re.compile(
     r"\[The Begin of Individual Scores\](.*?)(?:\[The End of Individual Scores\]|\[The Begin of|\Z)",
-    re.IGNORECASE | re.DOTALL)
+    re.IGNORECASE | re.DOTALL,
+)
 _RANKING_SECTION = re.compile(
     r"\[The Begin of Ranking Score\](.*?)(?:\[The End of Ranking Score\]|\[The Begin of|\Z)",
-    re.IGNORECASE | re.DOTALL)
+    re.IGNORECASE | re.DOTALL,
+)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
 _OBJECT_START = re.compile(r'\{\s*"')
@@ -122,8 +124,10 @@ def check_template(template: str) -> str:
     except ValueError as exc:
         raise ValueError(f"prompt_template does not parse ({exc}); {hint}") from exc
     if fields != TEMPLATE_FIELDS:
-        raise ValueError(f"prompt_template must use exactly the fields {sorted(TEMPLATE_FIELDS)}, "
-                         f"got {sorted(fields)}; {hint}")
+        raise ValueError(
+            f"prompt_template must use exactly the fields {sorted(TEMPLATE_FIELDS)}, "
+            f"got {sorted(fields)}; {hint}"
+        )
     try:
         template.format(conversation="", response_1="", response_2="")
     except (ValueError, KeyError, IndexError, AttributeError) as exc:
@@ -133,20 +137,31 @@ def check_template(template: str) -> str:
 
 def render_conversation(messages: list[Message]) -> str:
     """The conversation as text, one ``Role: content`` block per message."""
-    return "\n\n".join(f"{ROLE_LABELS.get(m['role'], str(m['role']).title())}: {m.get('content') or ''}"
-                       for m in messages)
+    return "\n\n".join(
+        f"{ROLE_LABELS.get(m['role'], str(m['role']).title())}: {m.get('content') or ''}" for m in messages
+    )
 
 
-def comparison_messages(conversation: list[Message], response_1: str, response_2: str, *,
-                        prompt_format: str = "helpsteer3", template: str = DEFAULT_TEMPLATE) -> list[Message]:
+def comparison_messages(
+    conversation: list[Message],
+    response_1: str,
+    response_2: str,
+    *,
+    prompt_format: str = "helpsteer3",
+    template: str = DEFAULT_TEMPLATE,
+) -> list[Message]:
     """The chat messages that ask the judge to compare ``response_1`` with ``response_2``."""
     if prompt_format == "roles":
-        return [*conversation, {"role": "response_1", "content": response_1},
-                {"role": "response_2", "content": response_2}]
+        return [
+            *conversation,
+            {"role": "response_1", "content": response_1},
+            {"role": "response_2", "content": response_2},
+        ]
     if prompt_format != "helpsteer3":
         raise ValueError(f"unknown prompt_format {prompt_format!r}; choose from {list(PROMPT_FORMATS)}")
-    text = template.format(conversation=render_conversation(conversation), response_1=response_1,
-                           response_2=response_2)
+    text = template.format(
+        conversation=render_conversation(conversation), response_1=response_1, response_2=response_2
+    )
     return [{"role": "user", "content": text}]
 
 
@@ -161,10 +176,12 @@ def parse_verdict(reply: str) -> Verdict:
     if json_object is not None:
         return _json_verdict(json_object)
     if scores is not None:
-        return _sectioned_verdict(scores.group(1), text[scores.start():])
-    raise ValueError("no verdict: expected the [The Begin of Individual Scores] \\boxed{x, y} and "
-                     "[The Begin of Ranking Score] \\boxed{z} sections, or a JSON object with "
-                     "score_1, score_2 and ranking")
+        return _sectioned_verdict(scores.group(1), text[scores.start() :])
+    raise ValueError(
+        "no verdict: expected the [The Begin of Individual Scores] \\boxed{x, y} and "
+        "[The Begin of Ranking Score] \\boxed{z} sections, or a JSON object with "
+        "score_1, score_2 and ranking"
+    )
 
 
 def _last(items: Iterable[T]) -> T | None:
@@ -176,7 +193,9 @@ def _sectioned_verdict(scores_section: str, rest: str) -> Verdict:
     scores = _boxed_numbers(scores_section, 2, "individual scores")
     ranking = _last(_RANKING_SECTION.finditer(rest))
     if ranking is None:
-        raise ValueError("the reply has individual scores but no [The Begin of Ranking Score] section after them")
+        raise ValueError(
+            "the reply has individual scores but no [The Begin of Ranking Score] section after them"
+        )
     (value,) = _boxed_numbers(ranking.group(1), 1, "ranking score")
     return Verdict(scores[0], scores[1], value)
 

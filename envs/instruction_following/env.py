@@ -117,7 +117,9 @@ class InstructionFollowingEnv(Env[InstructionTask]):
             kwargs_list = [None] * len(ids)
         if not isinstance(kwargs_list, list) or len(kwargs_list) != len(ids):
             raise TaskError(f"expected a list of {len(ids)} kwargs objects, one per instruction", "kwargs")
-        checks = tuple({"id": i, "kwargs": validate_kwargs(i, k)} for i, k in zip(ids, kwargs_list, strict=True))
+        checks = tuple(
+            {"id": i, "kwargs": validate_kwargs(i, k)} for i, k in zip(ids, kwargs_list, strict=True)
+        )
         mode = fields["grading_mode"] or "binary"
         if mode not in REWARD_MODES:
             raise TaskError(f"must be one of {REWARD_MODES}, got {mode!r}", "grading_mode")

@@ -57,8 +57,11 @@ def _letter(letter: str) -> str:
         raise ValueError(f"must be a single character, got {letter!r}")
     if not "a" <= letter <= "z" and letter not in _tolerated:
         _tolerated.add(letter)
-        log.warning("keywords:letter_frequency: letter %r is not a-z; counted literally (Google's IFEval "
-                    "would count a random letter instead)", letter)
+        log.warning(
+            "keywords:letter_frequency: letter %r is not a-z; counted literally (Google's IFEval "
+            "would count a random letter instead)",
+            letter,
+        )
     return letter
 
 

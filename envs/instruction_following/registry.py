@@ -211,7 +211,9 @@ def validate_kwargs(instruction_id: str, kwargs: Any) -> dict[str, Any]:
                 raise TaskError(f"{instruction_id}: missing required kwarg {name!r}", "kwargs")
             continue
         try:
-            clean[name] = _coerce(given[name], spec.hints[name], functools.partial(_warn_once, instruction_id, name))
+            clean[name] = _coerce(
+                given[name], spec.hints[name], functools.partial(_warn_once, instruction_id, name)
+            )
         except ValueError as exc:
             raise TaskError(f"{instruction_id}: kwarg {name!r} {exc}", "kwargs") from None
     if spec.validate is not None:

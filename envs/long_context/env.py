@@ -85,7 +85,9 @@ def reference_answer(row: Row) -> str:
         if not text:
             raise TaskError("the reference answer is empty", name)
         return text
-    raise TaskError("no reference answer: expected 'answer' (AA-LCR rows) or 'expected_answer'", "expected_answer")
+    raise TaskError(
+        "no reference answer: expected 'answer' (AA-LCR rows) or 'expected_answer'", "expected_answer"
+    )
 
 
 def judge_question(row: Row, messages: tuple[Message, ...]) -> str:
@@ -129,7 +131,9 @@ class LongContextQAEnv(JudgedEnv[LongContextTask]):
         **kwargs: Any,
     ):
         if judge_template not in JUDGE_TEMPLATES:
-            raise ValueError(f"unknown judge_template {judge_template!r}; choose from {sorted(JUDGE_TEMPLATES)}")
+            raise ValueError(
+                f"unknown judge_template {judge_template!r}; choose from {sorted(JUDGE_TEMPLATES)}"
+            )
         if max_input_tokens is not None and max_input_tokens < 1:
             raise ValueError("max_input_tokens must be at least 1 (or None for no limit)")
         if judge_max_tokens is not None and judge_max_tokens < 1:
@@ -158,22 +162,30 @@ class LongContextQAEnv(JudgedEnv[LongContextTask]):
             count, how = self.counter.count(self.prompt(task)), self.counter.how
             field = next((f for f in PROMPT_FIELDS if f in row), None)
         if count > self.max_input_tokens:
-            raise TaskError(f"the input has {count:,} tokens ({how}), over the limit of "
-                            f"{self.max_input_tokens:,} (max_input_tokens)", field)
+            raise TaskError(
+                f"the input has {count:,} tokens ({how}), over the limit of "
+                f"{self.max_input_tokens:,} (max_input_tokens)",
+                field,
+            )
         return replace(task, input_tokens=count)
 
     async def ascore(self, task: LongContextTask, answer: str) -> Reward:
         answer = answer.strip()
         info: dict[str, Any] = {"judge_template": self.template.name, "verdicts": []}
         if len(answer) > self.max_answer_chars:
-            return Reward.zero(f"verifier limit: the answer has {len(answer):,} characters, over "
-                               f"max_answer_chars={self.max_answer_chars:,}", **info)
+            return Reward.zero(
+                f"verifier limit: the answer has {len(answer):,} characters, over "
+                f"max_answer_chars={self.max_answer_chars:,}",
+                **info,
+            )
         question, reference = task.question, task.reference
         passes = [(reference, answer), (answer, reference)] if self.swap_check else [(reference, answer)]
         right_word, wrong_word = self.template.verdicts
         for number, (key, candidate) in enumerate(passes):
             try:
-                right = await self.ajudge(self.template.messages(question, key, candidate), self.template.parse)
+                right = await self.ajudge(
+                    self.template.messages(question, key, candidate), self.template.parse
+                )
             except JudgeError as exc:
                 return Reward.failed(f"judge failed: {exc}", **info)
             info["verdicts"].append(right_word if right else wrong_word)

@@ -144,8 +144,12 @@ class JudgeTemplate:
         tag = fence_tag(question, reference, candidate)
         sections = {
             key: fenced(title, text, tag)
-            for key, title, text in zip(("question", "reference", "candidate"), self.titles,
-                                        (question, reference, candidate), strict=True)
+            for key, title, text in zip(
+                ("question", "reference", "candidate"),
+                self.titles,
+                (question, reference, candidate),
+                strict=True,
+            )
         }
         text = self.prompt.format(tag=tag, equal=EQUAL, not_equal=NOT_EQUAL, **sections)
         return [{"role": "user", "content": text}]
@@ -153,12 +157,20 @@ class JudgeTemplate:
 
 JUDGE_TEMPLATES: dict[str, JudgeTemplate] = {
     "correctness": JudgeTemplate(
-        "correctness", CORRECTNESS_PROMPT, ("QUESTION (for reference only)", "OFFICIAL ANSWER", "CANDIDATE ANSWER"),
-        parse_correctness, max_tokens=16, verdicts=(CORRECT, INCORRECT),
+        "correctness",
+        CORRECTNESS_PROMPT,
+        ("QUESTION (for reference only)", "OFFICIAL ANSWER", "CANDIDATE ANSWER"),
+        parse_correctness,
+        max_tokens=16,
+        verdicts=(CORRECT, INCORRECT),
     ),
     "equivalence": JudgeTemplate(
-        "equivalence", EQUIVALENCE_PROMPT, ("QUESTION", "GOLD ANSWER", "CANDIDATE ANSWER"),
-        parse_equivalence, max_tokens=1024, verdicts=(EQUAL, NOT_EQUAL),
+        "equivalence",
+        EQUIVALENCE_PROMPT,
+        ("QUESTION", "GOLD ANSWER", "CANDIDATE ANSWER"),
+        parse_equivalence,
+        max_tokens=1024,
+        verdicts=(EQUAL, NOT_EQUAL),
     ),
 }
 """The judge templates by name; the env's ``judge_template`` picks one for every row."""

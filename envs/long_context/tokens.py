@@ -77,17 +77,23 @@ class TokenizerCounter:
         try:
             self.tokenizer: Any = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
         except (OSError, ValueError) as exc:
-            raise CascadeError(f"tokenizer {name_or_path!r} is not available locally (nothing is downloaded): "
-                               f"pass a folder holding tokenizer files, or leave tokenizer unset to estimate "
-                               f"from characters ({type(exc).__name__}: {str(exc)[:200]})") from exc
+            raise CascadeError(
+                f"tokenizer {name_or_path!r} is not available locally (nothing is downloaded): "
+                f"pass a folder holding tokenizer files, or leave tokenizer unset to estimate "
+                f"from characters ({type(exc).__name__}: {str(exc)[:200]})"
+            ) from exc
         self.how = f"counted with tokenizer {name_or_path!r}"
 
     def count(self, messages: Sequence[Message]) -> int:
         if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+            text = self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=True
+            )
             return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         contents = (str(m.get("content") or "") for m in messages)
-        return sum(len(self.tokenizer(c, add_special_tokens=False)["input_ids"]) + MESSAGE_OVERHEAD for c in contents)
+        return sum(
+            len(self.tokenizer(c, add_special_tokens=False)["input_ids"]) + MESSAGE_OVERHEAD for c in contents
+        )
 
 
 def make_counter(tokenizer: str | None) -> TokenCounter:

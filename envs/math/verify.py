@@ -43,4 +43,8 @@ def check(expected_answer: str, response: str) -> dict[str, Any]:
     answers = parse(response, ANSWER_TARGETS, parsing_timeout=None)
     matching = next((a for a in answers if verify(gold, a, timeout_seconds=None)), None)
     shown = matching if matching is not None else (answers[0] if answers else None)
-    return {"gold_parsed": True, "correct": matching is not None, "extracted": None if shown is None else str(shown)}
+    return {
+        "gold_parsed": True,
+        "correct": matching is not None,
+        "extracted": None if shown is None else str(shown),
+    }

@@ -140,12 +140,20 @@ class MCQAEnv(Env[MCQATask]):
         letters = {letter for letter, _ in options}
         gold = row.get("expected_answer")
         if not letters:
-            _warn_once("no_options", "", "MCQA rows without options are graded by their output_regex alone "
-                       "(its captured letter is trusted, as in NeMo Gym)")
+            _warn_once(
+                "no_options",
+                "",
+                "MCQA rows without options are graded by their output_regex alone "
+                "(its captured letter is trusted, as in NeMo Gym)",
+            )
             if not (isinstance(gold, str) and len(gold.strip()) == 1 and gold.strip().isalpha()):
-                raise TaskError(f"a row without options needs a single letter, got {gold!r:.40}", "expected_answer")
+                raise TaskError(
+                    f"a row without options needs a single letter, got {gold!r:.40}", "expected_answer"
+                )
         elif not isinstance(gold, str) or gold.strip().upper() not in letters:
-            raise TaskError(f"must be one of the option letters {sorted(letters)}, got {gold!r:.40}", "expected_answer")
+            raise TaskError(
+                f"must be one of the option letters {sorted(letters)}, got {gold!r:.40}", "expected_answer"
+            )
         mode = row.get("grading_mode") or DEFAULT_MODE
         if mode not in GRADING_MODES:
             raise TaskError(f"unknown mode {mode!r:.40}; choose from {sorted(GRADING_MODES)}", "grading_mode")
@@ -163,13 +171,22 @@ class MCQAEnv(Env[MCQATask]):
         except ValueError as exc:
             raise TaskError(str(exc), "template_metadata.output_regex") from exc
         for pattern, error in invalid:
-            _warn_once("invalid_regex", pattern, "template_metadata.output_regex %r is not a valid regex (%s): "
-                       "skipped, as NeMo Gym does; the row's other patterns, then its grading_mode, decide",
-                       pattern[:200], error)
+            _warn_once(
+                "invalid_regex",
+                pattern,
+                "template_metadata.output_regex %r is not a valid regex (%s): "
+                "skipped, as NeMo Gym does; the row's other patterns, then its grading_mode, decide",
+                pattern[:200],
+                error,
+            )
         if not usable:
             if not invalid:
-                _warn_once("empty_regex_list", "", "template_metadata.output_regex is an empty list: "
-                           "the row's grading_mode decides, as in NeMo Gym")
+                _warn_once(
+                    "empty_regex_list",
+                    "",
+                    "template_metadata.output_regex is an empty list: "
+                    "the row's grading_mode decides, as in NeMo Gym",
+                )
             return None
         return value if not invalid else usable
 
@@ -185,10 +202,14 @@ class MCQAEnv(Env[MCQATask]):
             self.verifier.check_size(answer)
             if regex:
                 inline = regex_steps(regex, len(answer)) <= self.inline_steps
-                predicted = await self.verifier.run(regex_letter, answer, regex, options, allowed, inline=inline)
+                predicted = await self.verifier.run(
+                    regex_letter, answer, regex, options, allowed, inline=inline
+                )
         except VerifierLimit as exc:
             if exc.kind == "time" and await self._regex_is_unusable(regex, options, allowed):
-                return Reward.failed(f"output_regex times out even on a short canonical answer: {exc}", **info)
+                return Reward.failed(
+                    f"output_regex times out even on a short canonical answer: {exc}", **info
+                )
             return Reward.zero(str(exc), **info)
         except WorkerError as exc:
             return Reward.failed(f"output_regex check failed: {exc}", **info)

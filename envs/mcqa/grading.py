@@ -47,7 +47,11 @@ _STANDALONE_UPPER = re.compile(r"\b[A-Z]\b")
 _LIST_SEPARATOR = re.compile(r"\s*[/|&,;]\s*|\s+(?:or|and)\s+|\s+", re.I)
 # Choice letters written in other scripts (Arabic, Bengali, full-width Latin) mean A-D.
 _FOREIGN_LETTERS = str.maketrans(
-    {c: f" {latin}" for chars, latin in zip(("أঅＡ", "بবＢ", "جডＣ", "دঢＤ"), "ABCD", strict=True) for c in chars}
+    {
+        c: f" {latin}"
+        for chars, latin in zip(("أঅＡ", "بবＢ", "جডＣ", "دঢＤ"), "ABCD", strict=True)
+        for c in chars
+    }
 )
 
 
@@ -157,7 +161,9 @@ def answer_colon_md(text: str, options: Options, allowed: set[str]) -> str | Non
     return None
 
 
-def custom_regex(text: str, patterns: Sequence[re.Pattern[str]], options: Options, allowed: set[str]) -> str | None:
+def custom_regex(
+    text: str, patterns: Sequence[re.Pattern[str]], options: Options, allowed: set[str]
+) -> str | None:
     """First pattern (in order) whose last match names a letter or an option's exact text.
 
     A captured single letter is returned even when it is not an option (the regex is trusted, as
@@ -172,7 +178,9 @@ def custom_regex(text: str, patterns: Sequence[re.Pattern[str]], options: Option
         if len(captured) == 1 and captured.isalpha():
             return captured
         wanted = _norm(captured)
-        if not wanted:  # an empty capture names nothing (upstream matches it to an option whose text is empty)
+        if (
+            not wanted
+        ):  # an empty capture names nothing (upstream matches it to an option whose text is empty)
             continue
         letter = next((letter for letter, option in options if _norm(option) == wanted), None)
         if letter:

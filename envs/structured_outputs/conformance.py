@@ -28,4 +28,3 @@ CASE = Case(
     bad_answer="I could not find that data.",
     bad_rows=[({**ROW, **change}, field) for change, field in BAD_CHANGES],
 )
-

@@ -117,11 +117,16 @@ class StructuredOutputEnv(Env[StructuredOutputTask]):
         except SchemaProblem as exc:
             raise TaskError(str(exc), "schema_str") from exc
         if admits_only_empty(validator.schema):
-            raise TaskError("only an empty document (null, {}, [], blank strings) validates against this schema, "
-                            "and an empty document is not an answer", "schema_str")
+            raise TaskError(
+                "only an empty document (null, {}, [], blank strings) validates against this schema, "
+                "and an empty document is not an answer",
+                "schema_str",
+            )
         schema_type = row.get("schema_type", "json")
         if not isinstance(schema_type, str) or schema_type.lower() not in PARSERS:
-            raise TaskError(f"unsupported format {schema_type!r:.40}; supported: {sorted(PARSERS)}", "schema_type")
+            raise TaskError(
+                f"unsupported format {schema_type!r:.40}; supported: {sorted(PARSERS)}", "schema_type"
+            )
         if not format_available(schema_type.lower()):
             raise TaskError(XML_MISSING, "schema_type")
         mode = row.get("response_mode") or "text"
@@ -130,8 +135,9 @@ class StructuredOutputEnv(Env[StructuredOutputTask]):
         for key in ("tool_name", "tool_payload_key"):
             if row.get(key) is not None and not isinstance(row[key], str):
                 raise TaskError("must be a string", key)
-        return StructuredOutputTask(prompt, schema, schema_type.lower(), mode, row.get("tool_name"),
-                                    row.get("tool_payload_key"))
+        return StructuredOutputTask(
+            prompt, schema, schema_type.lower(), mode, row.get("tool_name"), row.get("tool_payload_key")
+        )
 
     async def ascore(self, task: StructuredOutputTask, answer: str) -> Reward:
         schema, schema_type, mode = task.schema, task.schema_type, task.response_mode
@@ -166,7 +172,9 @@ class StructuredOutputEnv(Env[StructuredOutputTask]):
         await self.verifier.aclose()
         await super().aclose()
 
-    def _tool_payload(self, task: StructuredOutputTask, answer: str) -> tuple[Any, tuple[str, list[str]] | None]:
+    def _tool_payload(
+        self, task: StructuredOutputTask, answer: str
+    ) -> tuple[Any, tuple[str, list[str]] | None]:
         """The document carried by the single tool call in ``answer``, or the problem with it."""
         parsed = self.parse_tool_calls(answer)
         attempts = len(parsed.calls) + len(parsed.errors)

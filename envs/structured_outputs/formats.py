@@ -65,8 +65,10 @@ def _csv(text: str) -> Any:
     rows = []
     for row in reader:
         if None in row:
-            raise ParseError(f"line {reader.line_num}: {len(header) + len(row[None])} cells, "
-                             f"the header has {len(header)} columns")
+            raise ParseError(
+                f"line {reader.line_num}: {len(header) + len(row[None])} cells, "
+                f"the header has {len(header)} columns"
+            )
         rows.append(row)
     return rows
 
@@ -153,7 +155,10 @@ def _coerce_xml(data: Any, schema: Any) -> Any:
     kind = schema.get("type") if isinstance(schema, dict) else None
     if kind == "object" and isinstance(data, dict):
         properties = schema.get("properties") or {}
-        return {key: _coerce_xml(value, properties[key]) if key in properties else value for key, value in data.items()}
+        return {
+            key: _coerce_xml(value, properties[key]) if key in properties else value
+            for key, value in data.items()
+        }
     if kind == "array":
         if isinstance(data, dict) and len(data) == 1:
             data = next(iter(data.values()))

@@ -102,9 +102,24 @@ def admits_only_empty(schema: Any, depth: int = 0) -> bool:
         return not has_value(schema["const"])
     if isinstance(schema.get("enum"), list):
         return not any(has_value(v) for v in schema["enum"])
-    if any(key in schema for key in ("$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "not", "if", "patternProperties",
-                                         "prefixItems", "contains", "additionalItems", "unevaluatedProperties",
-                                         "unevaluatedItems")):
+    if any(
+        key in schema
+        for key in (
+            "$ref",
+            "$dynamicRef",
+            "allOf",
+            "anyOf",
+            "oneOf",
+            "not",
+            "if",
+            "patternProperties",
+            "prefixItems",
+            "contains",
+            "additionalItems",
+            "unevaluatedProperties",
+            "unevaluatedItems",
+        )
+    ):
         return False
     kinds = schema.get("type")
     kinds = [kinds] if isinstance(kinds, str) else kinds
@@ -199,8 +214,12 @@ def costly_to_validate(schema_text: str) -> bool:
         return True
     if not isinstance(schema, dict):
         return False
-    defs = {f"#/{block}/{name}": sub for block in _DEFS if isinstance(schema.get(block), dict)
-            for name, sub in schema[block].items()}
+    defs = {
+        f"#/{block}/{name}": sub
+        for block in _DEFS
+        if isinstance(schema.get(block), dict)
+        for name, sub in schema[block].items()
+    }
     graph: dict[str, set[str]] = {}
     costly: list[bool] = []
     try:

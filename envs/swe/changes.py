@@ -40,12 +40,38 @@ from .task import SweTask
 
 PRUNE = ("__pycache__",)
 """Directory and file names never listed (with every name that starts with ``.``)."""
-TEST_GLOBS = ("test/*", "tests/*", "testing/*", "*/test/*", "*/tests/*", "*/testing/*", "test_*.py", "*/test_*.py",
-              "*_test.py", "*_tests.py", "tests.py", "*/tests.py", "testing.py", "*/testing.py", "*/_testing.py",
-              "*/testutils.py", "*/_testutils.py")
+TEST_GLOBS = (
+    "test/*",
+    "tests/*",
+    "testing/*",
+    "*/test/*",
+    "*/tests/*",
+    "*/testing/*",
+    "test_*.py",
+    "*/test_*.py",
+    "*_test.py",
+    "*_tests.py",
+    "tests.py",
+    "*/tests.py",
+    "testing.py",
+    "*/testing.py",
+    "*/_testing.py",
+    "*/testutils.py",
+    "*/_testutils.py",
+)
 """Paths of test files and helpers (``fnmatch``, whose ``*`` also matches ``/``)."""
-HOOK_FILES = ("conftest.py", "pytest.ini", "pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml", "setup.py",
-              "noxfile.py", "sitecustomize.py", "usercustomize.py")
+HOOK_FILES = (
+    "conftest.py",
+    "pytest.ini",
+    "pytest.toml",
+    "tox.ini",
+    "setup.cfg",
+    "pyproject.toml",
+    "setup.py",
+    "noxfile.py",
+    "sitecustomize.py",
+    "usercustomize.py",
+)
 HOOK_SUFFIXES = (".pth",)
 METADATA_SUFFIXES = (".egg-info", ".dist-info")
 """Folders of package metadata: their entry points can load a pytest plugin."""
@@ -102,8 +128,11 @@ async def manifest(session: Session, task: SweTask) -> Manifest:
     """The workspace's files at setup, before the agent acts: from the row's snapshot when that is all
     the workspace holds (no ``setup_cmd``), else listed in the workspace."""
     if task.files is not None and not task.setup_cmd:
-        return {path: Entry("file", sha=hashlib.sha256(text.encode()).digest())
-                for path, text in task.files.items() if not _pruned(path)}
+        return {
+            path: Entry("file", sha=hashlib.sha256(text.encode()).digest())
+            for path, text in task.files.items()
+            if not _pruned(path)
+        }
     return await _collect(session, None)
 
 
@@ -176,8 +205,11 @@ def _protected(path: str, task: SweTask) -> str | None:
     if any(fnmatchcase(path, glob) for glob in (*TEST_GLOBS, *task.test_globs)):
         return "a test file"
     name = posixpath.basename(path)
-    if name in HOOK_FILES or name.endswith(HOOK_SUFFIXES) or any(
-            part.endswith(METADATA_SUFFIXES) for part in path.split("/")[:-1]):
+    if (
+        name in HOOK_FILES
+        or name.endswith(HOOK_SUFFIXES)
+        or any(part.endswith(METADATA_SUFFIXES) for part in path.split("/")[:-1])
+    ):
         return "a test-runner or interpreter hook file"
     return None
 
@@ -198,13 +230,21 @@ DATA, BIG = 1, 2
 
 async def _collect(session: Session, base: Manifest | None) -> Manifest:
     request = {
-        "base": None if base is None else {p.encode("utf-8", "surrogateescape"): e.sha for p, e in base.items()
-                                           if e.kind == "file"},
-        "content": base is not None, "prune": [name.encode() for name in PRUNE], "max_entries": MAX_ENTRIES,
-        "max_file_bytes": MAX_FILE_MB << 20, "max_total_bytes": MAX_CHANGE_MB << 20,
+        "base": None
+        if base is None
+        else {p.encode("utf-8", "surrogateescape"): e.sha for p, e in base.items() if e.kind == "file"},
+        "content": base is not None,
+        "prune": [name.encode() for name in PRUNE],
+        "max_entries": MAX_ENTRIES,
+        "max_file_bytes": MAX_FILE_MB << 20,
+        "max_total_bytes": MAX_CHANGE_MB << 20,
     }
-    result = await session.arun(["python3", "-I", "-S", "-c", source("collect")], marshal.dumps(request, 4),
-                                timeout_s=COLLECT_TIMEOUT_S, output_limit_mb=MAX_CHANGE_MB + 16)
+    result = await session.arun(
+        ["python3", "-I", "-S", "-c", source("collect")],
+        marshal.dumps(request, 4),
+        timeout_s=COLLECT_TIMEOUT_S,
+        output_limit_mb=MAX_CHANGE_MB + 16,
+    )
     if session.lost or result.killed_by == "sandbox":
         raise SandboxError(f"listing the workspace: {result.describe()}")
     if not result.ok:
@@ -229,6 +269,12 @@ def parse(stream: bytes) -> Manifest:
         data = None
         if flags & DATA:
             data, at = stream[at : at + size], at + size
-        out[path] = Entry(KINDS.get(kind, "other"), mode, sha, error=extra if kind == 0 else "",
-                          big=bool(flags & BIG), data=data)
+        out[path] = Entry(
+            KINDS.get(kind, "other"),
+            mode,
+            sha,
+            error=extra if kind == 0 else "",
+            big=bool(flags & BIG),
+            data=data,
+        )
     raise ChangeError("the workspace listing ended early (more changed content than the limit?)")

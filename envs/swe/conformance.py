@@ -15,9 +15,13 @@ def tool_call(name: str, **arguments: Any) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-FIX = tool_call("file_editor", command="str_replace", path="/testbed/inilite/reader.py",
-                old_str='        parts = line.split("=")\n        key, value = parts[0].strip(), parts[1].strip()\n',
-                new_str='        key, _, value = line.partition("=")\n        key, value = key.strip(), value.strip()\n')
+FIX = tool_call(
+    "file_editor",
+    command="str_replace",
+    path="/testbed/inilite/reader.py",
+    old_str='        parts = line.split("=")\n        key, value = parts[0].strip(), parts[1].strip()\n',
+    new_str='        key, _, value = line.partition("=")\n        key, value = key.strip(), value.strip()\n',
+)
 """The edit of the gold patch."""
 FINISH = tool_call("finish", message="Done.")
 
@@ -25,7 +29,10 @@ CASE = Case(
     good_row=ROW,
     good_answer=FIX + FINISH,
     bad_answer=tool_call("terminal", command="ls") + FINISH,
-    bad_rows=[({**ROW, "FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"), ({**ROW, "repo_snapshot": None}, "repo_snapshot")],
+    bad_rows=[
+        ({**ROW, "FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"),
+        ({**ROW, "repo_snapshot": None}, "repo_snapshot"),
+    ],
     env_kwargs={"command_timeout_s": 10},
     requires=("openhands",),
 )

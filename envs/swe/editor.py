@@ -32,18 +32,30 @@ class Editor:
     def relative(self, path: str) -> str:
         """``path`` (absolute, inside ``root``) relative to the workspace; ``ToolError`` otherwise."""
         if not path.startswith("/"):
-            raise ToolError(f"the path {path!r} is not an absolute path; maybe you meant {posixpath.join(self.root, path)}")
+            raise ToolError(
+                f"the path {path!r} is not an absolute path; maybe you meant {posixpath.join(self.root, path)}"
+            )
         norm = posixpath.normpath(path)
         if norm == self.root:
             return "."
         if not norm.startswith(self.root.rstrip("/") + "/"):
-            raise ToolError(f"the path {path!r} is outside the workspace {self.root}: only files under it can be edited")
+            raise ToolError(
+                f"the path {path!r} is outside the workspace {self.root}: only files under it can be edited"
+            )
         return norm[len(self.root.rstrip("/")) + 1 :]
 
     async def kind(self, rel: str) -> str:
         """``"file"``, ``"dir"`` or ``"missing"``."""
-        result = await self.session.arun(["bash", "-c", 'if [ -d "$1" ]; then echo dir; elif [ -e "$1" ]; then echo file; '
-                                          'else echo missing; fi', "bash", rel], timeout_s=10)
+        result = await self.session.arun(
+            [
+                "bash",
+                "-c",
+                'if [ -d "$1" ]; then echo dir; elif [ -e "$1" ]; then echo file; else echo missing; fi',
+                "bash",
+                rel,
+            ],
+            timeout_s=10,
+        )
         if not result.ok:
             raise SandboxError(f"could not inspect {rel!r}: {result.describe()}")
         return result.text.strip()
@@ -67,7 +79,9 @@ class Editor:
             await self.session.awrite({rel: text})
         except SandboxError as exc:
             if str(exc).startswith("agent error:"):
-                raise ToolError(f"cannot write {posixpath.join(self.root, rel)}: {str(exc).split(':', 1)[1].strip()}") from None
+                raise ToolError(
+                    f"cannot write {posixpath.join(self.root, rel)}: {str(exc).split(':', 1)[1].strip()}"
+                ) from None
             raise
 
     def remember(self, rel: str, old: str) -> None:
@@ -83,12 +97,20 @@ class Editor:
         if kind == "dir":
             if view_range:
                 raise ToolError("the view_range parameter is not allowed when path points to a directory")
-            listing = await self.session.arun(["find", rel, "-maxdepth", "2", "-not", "-path", "*/.*"], timeout_s=30)
+            listing = await self.session.arun(
+                ["find", rel, "-maxdepth", "2", "-not", "-path", "*/.*"], timeout_s=30
+            )
             if not listing.ok and listing.killed_by:
                 raise ToolError(f"listing {path} failed: {listing.describe()}")
-            lines = sorted(posixpath.normpath(posixpath.join(self.root, line)) for line in listing.text.splitlines() if line)
-            return (f"Here's the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
-                    + "\n".join(lines))
+            lines = sorted(
+                posixpath.normpath(posixpath.join(self.root, line))
+                for line in listing.text.splitlines()
+                if line
+            )
+            return (
+                f"Here's the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
+                + "\n".join(lines)
+            )
         text = await self.read(path, rel)
         lines = text.split("\n")
         start, end = 1, len(lines)
@@ -97,10 +119,14 @@ class Editor:
                 raise ToolError("view_range must be a list of two integers")
             start, end = view_range[0], (len(lines) if view_range[1] == -1 else view_range[1])
             if not 1 <= start <= len(lines):
-                raise ToolError(f"invalid view_range {view_range}: its first element should be within [1, {len(lines)}]")
+                raise ToolError(
+                    f"invalid view_range {view_range}: its first element should be within [1, {len(lines)}]"
+                )
             if end < start or end > len(lines):
-                raise ToolError(f"invalid view_range {view_range}: its second element should be -1 or within "
-                                f"[{start}, {len(lines)}]")
+                raise ToolError(
+                    f"invalid view_range {view_range}: its second element should be -1 or within "
+                    f"[{start}, {len(lines)}]"
+                )
         return f"Here's the result of running `cat -n` on {path}:\n" + numbered(lines[start - 1 : end], start)
 
     async def create(self, path: str, file_text: str | None) -> str:
@@ -123,11 +149,15 @@ class Editor:
         text = await self.existing(path, rel)
         count = text.count(old_str)
         if count == 0:
-            raise ToolError(f"no replacement was performed, old_str `{old_str}` did not appear verbatim in {path}.")
+            raise ToolError(
+                f"no replacement was performed, old_str `{old_str}` did not appear verbatim in {path}."
+            )
         if count > 1:
             lines = [i + 1 for i, line in enumerate(text.split("\n")) if old_str.split("\n")[0] in line]
-            raise ToolError(f"no replacement was performed. Multiple occurrences of old_str `{old_str}` in lines "
-                            f"{lines}. Please ensure it is unique.")
+            raise ToolError(
+                f"no replacement was performed. Multiple occurrences of old_str `{old_str}` in lines "
+                f"{lines}. Please ensure it is unique."
+            )
         at = text.split(old_str)[0].count("\n")
         updated = text.replace(old_str, new_str)
         await self.write(rel, updated)
@@ -143,7 +173,9 @@ class Editor:
         text = await self.existing(path, rel)
         lines = text.split("\n")
         if not 0 <= insert_line <= len(lines):
-            raise ToolError(f"invalid `insert_line` parameter: {insert_line}. It should be within [0, {len(lines)}]")
+            raise ToolError(
+                f"invalid `insert_line` parameter: {insert_line}. It should be within [0, {len(lines)}]"
+            )
         updated = "\n".join([*lines[:insert_line], *new_str.split("\n"), *lines[insert_line:]])
         await self.write(rel, updated)
         self.remember(rel, text)
@@ -156,13 +188,17 @@ class Editor:
             raise ToolError(f"no edit history found for {path}")
         text = stack.pop()
         await self.write(rel, text)
-        return f"Last edit to {path} undone successfully. Here's the result of running `cat -n` on {path}:\n" + numbered(
-            text.split("\n"), 1)
+        return (
+            f"Last edit to {path} undone successfully. Here's the result of running `cat -n` on {path}:\n"
+            + numbered(text.split("\n"), 1)
+        )
 
     async def existing(self, path: str, rel: str) -> str:
         kind = await self.kind(rel)
         if kind != "file":
-            raise ToolError(f"the path {path} does not exist" if kind == "missing" else f"the path {path} is a directory")
+            raise ToolError(
+                f"the path {path} does not exist" if kind == "missing" else f"the path {path} is a directory"
+            )
         return await self.read(path, rel)
 
     @staticmethod
@@ -170,9 +206,11 @@ class Editor:
         lines = text.split("\n")
         start = max(0, at - SNIPPET_LINES)
         end = min(len(lines), at + added + SNIPPET_LINES + 1)
-        return (f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n"
-                + numbered(lines[start:end], start + 1)
-                + "\nReview the changes and make sure they are as expected. Edit the file again if necessary.")
+        return (
+            f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n"
+            + numbered(lines[start:end], start + 1)
+            + "\nReview the changes and make sure they are as expected. Edit the file again if necessary."
+        )
 
 
 def numbered(lines: list[str], first: int) -> str:

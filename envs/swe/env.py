@@ -63,8 +63,10 @@ log = logging.getLogger("cascade_envs.envs.swe")
 
 MAX_TURNS = 200
 MAX_CALLS_PER_TURN = 16
-UNSAFE_LOCAL = ("cascade/SWE-v0 refuses the 'local' sandbox: it cannot keep the host's files (the task rows with their "
-                "gold patches) out of the agent's reach; use bwrap or docker, or pass allow_unsafe_local=True")
+UNSAFE_LOCAL = (
+    "cascade/SWE-v0 refuses the 'local' sandbox: it cannot keep the host's files (the task rows with their "
+    "gold patches) out of the agent's reach; use bwrap or docker, or pass allow_unsafe_local=True"
+)
 SYSTEM_PROMPT = (
     "You are a software engineer working in a code repository. Use the tools to explore the code, reproduce "
     "the problem, edit files and run commands. The environment has no network access. When the issue is "
@@ -134,16 +136,32 @@ class SweEnv(Env[SweTask]):
     ):
         if max_calls_per_turn < 1:
             raise ValueError("max_calls_per_turn must be at least 1")
-        for name, value in (("command_timeout_s", command_timeout_s), ("max_command_timeout_s", max_command_timeout_s),
-                            ("test_timeout_s", test_timeout_s), ("setup_timeout_s", setup_timeout_s)):
+        for name, value in (
+            ("command_timeout_s", command_timeout_s),
+            ("max_command_timeout_s", max_command_timeout_s),
+            ("test_timeout_s", test_timeout_s),
+            ("setup_timeout_s", setup_timeout_s),
+        ):
             if not value > 0:
                 raise ValueError(f"{name} must be positive")
         self.sdk = OpenHandsSDK()  # refuses here, with the fix, where the SDK is missing
-        self.sandbox = get_sandbox(sandbox, timeout_s=command_timeout_s, memory_mb=memory_mb, nproc=nproc,
-                                   output_limit_mb=output_limit_mb) if not isinstance(sandbox, Sandbox) else sandbox
+        self.sandbox = (
+            get_sandbox(
+                sandbox,
+                timeout_s=command_timeout_s,
+                memory_mb=memory_mb,
+                nproc=nproc,
+                output_limit_mb=output_limit_mb,
+            )
+            if not isinstance(sandbox, Sandbox)
+            else sandbox
+        )
         if self.sandbox.name == "local" and not allow_unsafe_local:
             raise ValueError(UNSAFE_LOCAL)
-        self.command_timeout_s, self.max_command_timeout_s = float(command_timeout_s), float(max_command_timeout_s)
+        self.command_timeout_s, self.max_command_timeout_s = (
+            float(command_timeout_s),
+            float(max_command_timeout_s),
+        )
         self.test_timeout_s, self.setup_timeout_s = float(test_timeout_s), float(setup_timeout_s)
         self.max_calls_per_turn = int(max_calls_per_turn)
         self.max_result_chars = int(max_result_chars)
@@ -164,19 +182,25 @@ class SweEnv(Env[SweTask]):
     def load_task(self, row: Row) -> SweTask:
         task = read_task(row)
         if task.files is None and task.source is None and self.sandbox.name != "docker":
-            raise TaskError(f"the repository is only in the image {task.image!r}: use sandbox='docker'", "repo_snapshot")
+            raise TaskError(
+                f"the repository is only in the image {task.image!r}: use sandbox='docker'", "repo_snapshot"
+            )
         return task
 
     def toolbox(self, workdir: str) -> Any:
         if workdir not in self._toolboxes:
-            self._toolboxes[workdir] = self.sdk.toolbox(workdir, max_result_chars=self.max_result_chars,
-                                                        timeout_s=self.max_command_timeout_s + 60)
+            self._toolboxes[workdir] = self.sdk.toolbox(
+                workdir, max_result_chars=self.max_result_chars, timeout_s=self.max_command_timeout_s + 60
+            )
         return self._toolboxes[workdir]
 
     def prompt(self, task: SweTask) -> list[Message]:
         messages: list[Message] = [
             {"role": "system", "content": self.system_prompt or SYSTEM_PROMPT},
-            {"role": "user", "content": USER_PROMPT.format(workdir=task.workdir, issue=task.problem_statement.strip())},
+            {
+                "role": "user",
+                "content": USER_PROMPT.format(workdir=task.workdir, issue=task.problem_statement.strip()),
+            },
         ]
         return with_tools(messages, self.toolbox(task.workdir).specs())
 
@@ -184,7 +208,9 @@ class SweEnv(Env[SweTask]):
 
     async def on_reset(self, episode: Episode[SweTask]) -> None:
         task = episode.task
-        session = await open_workspace(self.sandbox, task, hidden=self.hidden, setup_timeout_s=self.setup_timeout_s)
+        session = await open_workspace(
+            self.sandbox, task, hidden=self.hidden, setup_timeout_s=self.setup_timeout_s
+        )
         try:
             base = await manifest(session, task)
         except ChangeError as exc:
@@ -197,8 +223,13 @@ class SweEnv(Env[SweTask]):
         if root != task.workdir:  # a backend that cannot place the repository at workdir (local)
             for message in episode.messages:
                 message["content"] = str(message["content"]).replace(task.workdir, root)
-        tools = WorkspaceTools(self.sdk, session, root, default_timeout_s=self.command_timeout_s,
-                               max_timeout_s=self.max_command_timeout_s)
+        tools = WorkspaceTools(
+            self.sdk,
+            session,
+            root,
+            default_timeout_s=self.command_timeout_s,
+            max_timeout_s=self.max_command_timeout_s,
+        )
         episode.state = SweEpisode(task, tools, base)
 
     async def on_end(self, episode: Episode) -> None:
@@ -210,12 +241,20 @@ class SweEnv(Env[SweTask]):
     async def aturn(self, episode: Episode[SweTask], completion: Completion) -> Turn:
         state: SweEpisode = episode.state
         tools = await self.toolbox(episode.task.workdir).aturn(
-            completion, {"ws": state.tools}, max_calls=self.max_calls_per_turn, parser=self.tool_parser,
-            stop=state.stop_reason)
+            completion,
+            {"ws": state.tools},
+            max_calls=self.max_calls_per_turn,
+            parser=self.tool_parser,
+            stop=state.stop_reason,
+        )
         state.calls += tools.calls
         state.tools.errors += tools.errors
         if state.session.lost:
-            return Turn(tools.messages, reward=Reward.failed(f"the workspace was lost: {state.session.lost}"), done=True)
+            return Turn(
+                tools.messages,
+                reward=Reward.failed(f"the workspace was lost: {state.session.lost}"),
+                done=True,
+            )
         info = {"tool_calls": tools.calls, "tool_errors": state.tools.errors}
         return Turn(tools.messages, done=tools.ended or state.tools.finished is not None, info=info)
 
@@ -227,17 +266,29 @@ class SweEnv(Env[SweTask]):
             return Reward.failed("the episode's workspace was released before it was scored")
         if state.session.lost:
             return Reward.failed(f"the workspace was lost: {state.session.lost}")
-        reward = await grade(self.sandbox, state.task, state.session, state.base, hidden=self.hidden,
-                             test_timeout_s=self.test_timeout_s, setup_timeout_s=self.setup_timeout_s)
+        reward = await grade(
+            self.sandbox,
+            state.task,
+            state.session,
+            state.base,
+            hidden=self.hidden,
+            test_timeout_s=self.test_timeout_s,
+            setup_timeout_s=self.setup_timeout_s,
+        )
         reward.components.update(self._counts(state))
         return reward
 
     async def atruncation_reward(self, episode: Episode, reason: str) -> Reward:
         state: SweEpisode | None = episode.state
         counts = self._counts(state) if state is not None else {}
-        return Reward.zero(f"truncated: {reason}; the tests are run only for an episode that finished", **counts)
+        return Reward.zero(
+            f"truncated: {reason}; the tests are run only for an episode that finished", **counts
+        )
 
     @staticmethod
     def _counts(state: SweEpisode) -> dict[str, int]:
-        return {"tool_calls": state.calls, "tool_errors": state.tools.errors, "turns_finished": int(
-            state.tools.finished is not None)}
+        return {
+            "tool_calls": state.calls,
+            "tool_errors": state.tools.errors,
+            "turns_finished": int(state.tools.finished is not None),
+        }

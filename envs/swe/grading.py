@@ -63,10 +63,17 @@ class Verdict:
 
     def reward(self, suffix: str = "") -> Reward:
         f2p, p2p = self.fail_to_pass, self.pass_to_pass
-        components = {"fail_to_pass": _share(f2p), "pass_to_pass": _share(p2p), "resolved": int(self.resolved)}
+        components = {
+            "fail_to_pass": _share(f2p),
+            "pass_to_pass": _share(p2p),
+            "resolved": int(self.resolved),
+        }
         if self.resolved:
-            return Reward(1.0, components, reason=f"resolved: {len(f2p)} FAIL_TO_PASS and "
-                                                  f"{len(p2p)} PASS_TO_PASS tests pass{suffix}")
+            return Reward(
+                1.0,
+                components,
+                reason=f"resolved: {len(f2p)} FAIL_TO_PASS and {len(p2p)} PASS_TO_PASS tests pass{suffix}",
+            )
         failing = [t for t, ok in f2p.items() if not ok]
         broken = [t for t, ok in p2p.items() if not ok]
         parts = [f"{len(failing)}/{len(f2p)} FAIL_TO_PASS still fail ({_names(failing)})"] if failing else []
@@ -76,38 +83,63 @@ class Verdict:
 
 def verdict(task: SweTask, statuses: dict[str, str]) -> Verdict:
     """SWE-bench's rule over reported statuses: a test passes only when it was reported passing."""
-    return Verdict({t: statuses.get(t) in PASSING for t in task.fail_to_pass},
-                   {t: statuses.get(t) in PASSING for t in task.pass_to_pass})
+    return Verdict(
+        {t: statuses.get(t) in PASSING for t in task.fail_to_pass},
+        {t: statuses.get(t) in PASSING for t in task.pass_to_pass},
+    )
 
 
-async def open_workspace(sandbox: Sandbox, task: SweTask, *, hidden: Sequence[str] = (),
-                         setup_timeout_s: float = SETUP_TIMEOUT_S, check_patch: bool = True) -> Session:
+async def open_workspace(
+    sandbox: Sandbox,
+    task: SweTask,
+    *,
+    hidden: Sequence[str] = (),
+    setup_timeout_s: float = SETUP_TIMEOUT_S,
+    check_patch: bool = True,
+) -> Session:
     """A session holding the task's base repository, set up (and the test patch checked to apply to it,
     with ``check_patch``); ``SandboxError`` if it cannot be had."""
     if isinstance(sandbox, DockerSandbox):  # the repository is in the row's image or its per-instance one
-        workspace, files = Workspace(workdir=task.workdir, image=image_for(task), workdir_mb=sandbox.workdir_mb), None
+        workspace, files = (
+            Workspace(workdir=task.workdir, image=image_for(task), workdir_mb=sandbox.workdir_mb),
+            None,
+        )
     else:
-        workspace, files = Workspace(workdir=task.workdir, source=task.source, hidden=tuple(hidden)), task.files
+        workspace, files = (
+            Workspace(workdir=task.workdir, source=task.source, hidden=tuple(hidden)),
+            task.files,
+        )
     session = await sandbox.asession(workspace=workspace, files=files)
     try:
         if task.setup_cmd:
             done = await session.arun(["bash", "-c", task.setup_cmd], timeout_s=setup_timeout_s)
             if not done.ok:
-                raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: "
-                                   f"setup_cmd {done.describe()}")
+                raise SandboxError(
+                    f"workspace setup of {task.instance_id or 'the task'} failed: setup_cmd {done.describe()}"
+                )
         if check_patch and task.test_patch.strip():
             applied = await _patch(session, task.test_patch, dry_run=True)
             if not applied.ok:
-                raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: the task's "
-                                   f"test_patch does not apply to its base: {applied.describe()} {applied.text[-300:]}")
+                raise SandboxError(
+                    f"workspace setup of {task.instance_id or 'the task'} failed: the task's "
+                    f"test_patch does not apply to its base: {applied.describe()} {applied.text[-300:]}"
+                )
     except BaseException:
         await session.aclose()
         raise
     return session
 
 
-async def grade(sandbox: Sandbox, task: SweTask, session: Session, base: Manifest, *, hidden: Sequence[str] = (),
-                test_timeout_s: float = TEST_TIMEOUT_S, setup_timeout_s: float = SETUP_TIMEOUT_S) -> Reward:
+async def grade(
+    sandbox: Sandbox,
+    task: SweTask,
+    session: Session,
+    base: Manifest,
+    *,
+    hidden: Sequence[str] = (),
+    test_timeout_s: float = TEST_TIMEOUT_S,
+    setup_timeout_s: float = SETUP_TIMEOUT_S,
+) -> Reward:
     """Score the agent's work in ``session`` (whose workspace held ``base`` at setup) in a clean room."""
     try:
         change = await collect(session, base, task)
@@ -116,12 +148,21 @@ async def grade(sandbox: Sandbox, task: SweTask, session: Session, base: Manifes
     except SandboxError as exc:
         return Reward.failed(f"the agent's workspace could not be read: {exc}")
     ignored = f"; {change.describe_ignored()}" if change.ignored else ""
-    counts = {"files_changed": len(change.written) + len(change.deleted), "paths_ignored": len(change.ignored)}
+    counts = {
+        "files_changed": len(change.written) + len(change.deleted),
+        "paths_ignored": len(change.ignored),
+    }
     if change.empty:
-        return Reward.zero(f"no change to grade: the workspace differs from the base only in ignored paths{ignored}"
-                           if change.ignored else "no change to grade: the workspace is as the base was", **counts)
+        return Reward.zero(
+            f"no change to grade: the workspace differs from the base only in ignored paths{ignored}"
+            if change.ignored
+            else "no change to grade: the workspace is as the base was",
+            **counts,
+        )
     try:
-        room = await open_workspace(sandbox, task, hidden=hidden, setup_timeout_s=setup_timeout_s, check_patch=False)
+        room = await open_workspace(
+            sandbox, task, hidden=hidden, setup_timeout_s=setup_timeout_s, check_patch=False
+        )
     except SandboxError as exc:
         return Reward.failed(f"the clean room could not be set up: {exc}")
     try:
@@ -138,7 +179,9 @@ async def _grade_in(room: Session, task: SweTask, change: Change, timeout_s: flo
     """Apply ``change`` and the test patch in the fresh workspace ``room``, run the tests, score them."""
     try:
         if change.deleted:  # first: a deleted file may be where the change puts a directory
-            gone = await room.arun(["xargs", "-0", "-r", "rm", "-f", "--"], "\0".join(change.deleted), timeout_s=60)
+            gone = await room.arun(
+                ["xargs", "-0", "-r", "rm", "-f", "--"], "\0".join(change.deleted), timeout_s=60
+            )
             if not gone.ok:
                 raise SandboxError(f"removing deleted files: {gone.describe()}")
         if change.written:
@@ -152,11 +195,20 @@ async def _grade_in(room: Session, task: SweTask, change: Change, timeout_s: flo
         if not applied.ok:  # it applied to the base at setup and the change never touches its files
             return Reward.failed(f"the test patch did not apply in the clean room: {applied.describe()}")
     nonce = secrets.token_hex(16)
-    request = {"nonce": nonce, "framework": task.framework, "tests": list(dict.fromkeys(task.tests)),
-               "files": list(dict.fromkeys(t.split("::", 1)[0] for t in task.tests)),
-               "agent_paths": sorted(change.written)}
-    result = await room.arun([*RUNNER_ARGV, source("runner")], json.dumps(request), timeout_s=timeout_s,
-                             env=RUNNER_ENV, output_limit_mb=16)
+    request = {
+        "nonce": nonce,
+        "framework": task.framework,
+        "tests": list(dict.fromkeys(task.tests)),
+        "files": list(dict.fromkeys(t.split("::", 1)[0] for t in task.tests)),
+        "agent_paths": sorted(change.written),
+    }
+    result = await room.arun(
+        [*RUNNER_ARGV, source("runner")],
+        json.dumps(request),
+        timeout_s=timeout_s,
+        env=RUNNER_ENV,
+        output_limit_mb=16,
+    )
     return judge_run(task, result, nonce)
 
 
@@ -172,7 +224,9 @@ def judge_run(task: SweTask, result: ExecResult, nonce: str) -> Reward:
     if report.foreign:
         return Reward.zero(f"the test run wrote on the result channel: {report.foreign}")
     if "tampered" in report.events:
-        return Reward.zero(f"the test run tampered with the test framework: {'; '.join(report.events['tampered'])}")
+        return Reward.zero(
+            f"the test run tampered with the test framework: {'; '.join(report.events['tampered'])}"
+        )
     if not report.ended:
         why = f"killed ({result.killed_by})" if result.killed_by else f"exited with code {result.exit_code}"
         crash = f": {report.events['crash']}" if "crash" in report.events else ""
@@ -201,7 +255,11 @@ def read_report(stream: bytes, nonce: str) -> Report:
             record = json.loads(body) if tag == nonce else None
         except ValueError:
             record = None
-        in_order = isinstance(record, dict) and not report.ended and (report.began or "begin" in record or "crash" in record)
+        in_order = (
+            isinstance(record, dict)
+            and not report.ended
+            and (report.began or "begin" in record or "crash" in record)
+        )
         if not in_order or not isinstance(record, dict):
             report.foreign = report.foreign or f"line {number} is not the runner's: {line[:80]!r}"
             continue

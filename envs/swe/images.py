@@ -31,7 +31,11 @@ def repository_files(task: SweTask) -> Files:
     if task.files is not None:
         return {path: (text.encode(), 0o644) for path, text in task.files.items()}
     if task.source is not None:
-        return {path: (f.data, f.mode) for chunk in source_files(task.source, MAX_SNAPSHOT_MB) for path, f in chunk.items()}
+        return {
+            path: (f.data, f.mode)
+            for chunk in source_files(task.source, MAX_SNAPSHOT_MB)
+            for path, f in chunk.items()
+        }
     return {}
 
 
@@ -49,8 +53,13 @@ def image_for(task: SweTask, base: str = images.SWE_BASE_IMAGE, files: Files | N
     return f"{images.SWE_IMAGE_PREFIX}{name}:{digest.hexdigest()[:16]}"
 
 
-def build_images(tasks: Iterable[SweTask], docker_client: Any, *, base: str = images.SWE_BASE_IMAGE,
-                 log: images.Log = print) -> list[str]:
+def build_images(
+    tasks: Iterable[SweTask],
+    docker_client: Any,
+    *,
+    base: str = images.SWE_BASE_IMAGE,
+    log: images.Log = print,
+) -> list[str]:
     """Build the per-instance image of every task that names none (kept when present); their names."""
     built: list[str] = []
     for task in tasks:
@@ -61,8 +70,15 @@ def build_images(tasks: Iterable[SweTask], docker_client: Any, *, base: str = im
         name = image_for(task, base, files)
         if name not in built:
             present = images.labelled(docker_client, name, name.rpartition(":")[2])
-            images.build_tree(docker_client, base, name, files, task.workdir, key=name.rpartition(":")[2],
-                              run=task.install_cmd)
+            images.build_tree(
+                docker_client,
+                base,
+                name,
+                files,
+                task.workdir,
+                key=name.rpartition(":")[2],
+                run=task.install_cmd,
+            )
             log(f"{name}: {'present' if present else 'built'}")
             built.append(name)
     return built

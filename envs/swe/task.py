@@ -118,7 +118,9 @@ def read_task(row: dict[str, Any]) -> SweTask:
         raise TaskError(f"expected a docker image name, got {image!r}", image_field)
     files, source = _snapshot(row.get("repo_snapshot"))
     if files is None and source is None and image is None:
-        raise TaskError("a row needs a repository: 'repo_snapshot' or an 'image' that holds it", "repo_snapshot")
+        raise TaskError(
+            "a row needs a repository: 'repo_snapshot' or an 'image' that holds it", "repo_snapshot"
+        )
     setup, install = row.get("setup_cmd"), row.get("install_cmd")
     for name, command in (("setup_cmd", setup), ("install_cmd", install)):
         if command is not None and (not isinstance(command, str) or not command.strip()):
@@ -167,7 +169,9 @@ def _snapshot(value: Any) -> tuple[dict[str, str] | None, str | None]:
     if value is None:
         return None, None
     if not isinstance(value, str) or not value.strip():
-        raise TaskError("expected a snapshot file (bundled:swe/repos/<name>.json) or a directory", "repo_snapshot")
+        raise TaskError(
+            "expected a snapshot file (bundled:swe/repos/<name>.json) or a directory", "repo_snapshot"
+        )
     if not value.startswith(BUNDLED) and Path(value).expanduser().is_dir():
         return None, str(Path(value).expanduser().resolve())
     try:
@@ -179,10 +183,20 @@ def _snapshot(value: Any) -> tuple[dict[str, str] | None, str | None]:
     try:
         files = json.loads(path.read_text(encoding="utf-8"))["files"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise TaskError(f"{value}: not a snapshot ({{'files': {{path: text}}}}): {exc}", "repo_snapshot") from None
-    if not isinstance(files, dict) or not files or not all(
-        isinstance(p, str) and isinstance(t, str) and p and not p.startswith("/") and ".." not in p.split("/")
-        for p, t in files.items()
+        raise TaskError(
+            f"{value}: not a snapshot ({{'files': {{path: text}}}}): {exc}", "repo_snapshot"
+        ) from None
+    if (
+        not isinstance(files, dict)
+        or not files
+        or not all(
+            isinstance(p, str)
+            and isinstance(t, str)
+            and p
+            and not p.startswith("/")
+            and ".." not in p.split("/")
+            for p, t in files.items()
+        )
     ):
         raise TaskError(f"{value}: 'files' must map relative paths to text", "repo_snapshot")
     return files, None

@@ -52,8 +52,11 @@ class Shell:
 
     async def run(self, session: Session, command: str, timeout_s: float) -> Outcome:
         """Run ``command`` in ``session`` from the carried state; update the state from how it ended."""
-        result = await session.arun(["bash", "-c", SCRIPT, "bash", command, self.cwd or self.root, self.root],
-                                    self.exports, timeout_s=timeout_s)
+        result = await session.arun(
+            ["bash", "-c", SCRIPT, "bash", command, self.cwd or self.root, self.root],
+            self.exports,
+            timeout_s=timeout_s,
+        )
         output = result.stdout.decode("utf-8", errors="replace")
         state = result.stderr.decode("utf-8", errors="replace")
         cwd, sep, exports = state.partition(STATE_SEP)

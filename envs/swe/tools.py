@@ -29,16 +29,25 @@ from cascade_envs.tools import Tool, Toolbox, ToolError
 from .editor import Editor
 from .terminal import MAX_COMMAND_CHARS, Shell
 
-SDK_MISSING = ("cascade/SWE-v0 needs the OpenHands SDK (openhands-sdk, openhands-tools), which needs Python >= 3.12: "
-               "on Python >= 3.12, pip install 'cascade-envs[swe]'")
+SDK_MISSING = (
+    "cascade/SWE-v0 needs the OpenHands SDK (openhands-sdk, openhands-tools), which needs Python >= 3.12: "
+    "on Python >= 3.12, pip install 'cascade-envs[swe]'"
+)
 HIDDEN = ("ws",)
 
 
 class WorkspaceTools:
     """One episode's tool state: its session, shell, editor, and whether ``finish`` was called."""
 
-    def __init__(self, sdk: OpenHandsSDK, session: Session, root: str, *, default_timeout_s: float,
-                 max_timeout_s: float):
+    def __init__(
+        self,
+        sdk: OpenHandsSDK,
+        session: Session,
+        root: str,
+        *,
+        default_timeout_s: float,
+        max_timeout_s: float,
+    ):
         self.sdk, self.session, self.root = sdk, session, root
         self.shell = Shell(root)
         self.editor = Editor(session, root)
@@ -52,20 +61,35 @@ class WorkspaceTools:
             if action.is_input:
                 return self.failed_terminal("reset cannot be combined with is_input=True", action.command)
             self.shell.reset()
-            return self.sdk.terminal_text("Terminal session has been reset. All previous environment variables "
-                                          "and session state have been cleared.", action.command, 0, self.root)
+            return self.sdk.terminal_text(
+                "Terminal session has been reset. All previous environment variables "
+                "and session state have been cleared.",
+                action.command,
+                0,
+                self.root,
+            )
         if action.is_input:
-            return self.failed_terminal("no command is running: in this workspace every command runs to completion "
-                                        "(or its timeout), so there is nothing to send input to", action.command)
+            return self.failed_terminal(
+                "no command is running: in this workspace every command runs to completion "
+                "(or its timeout), so there is nothing to send input to",
+                action.command,
+            )
         if not action.command.strip():
-            return self.failed_terminal("no command given (the previous command has already finished)", action.command)
+            return self.failed_terminal(
+                "no command given (the previous command has already finished)", action.command
+            )
         if len(action.command) > MAX_COMMAND_CHARS:
-            return self.failed_terminal(f"the command is {len(action.command)} characters long; at most "
-                                        f"{MAX_COMMAND_CHARS} are accepted (write a script with file_editor)", "")
+            return self.failed_terminal(
+                f"the command is {len(action.command)} characters long; at most "
+                f"{MAX_COMMAND_CHARS} are accepted (write a script with file_editor)",
+                "",
+            )
         timeout = min(float(action.timeout or self.default_timeout_s), self.max_timeout_s)
         outcome = await self.shell.run(self.session, action.command, max(timeout, 1.0))
         text = outcome.output + (f"\n[{outcome.note}]" if outcome.note else "")
-        return self.sdk.terminal_text(text, action.command, outcome.exit_code, outcome.cwd, timeout=outcome.timed_out)
+        return self.sdk.terminal_text(
+            text, action.command, outcome.exit_code, outcome.cwd, timeout=outcome.timed_out
+        )
 
     def failed_terminal(self, message: str, command: str) -> str:
         self.errors += 1
@@ -96,18 +120,41 @@ class WorkspaceTools:
         return action.message
 
 
-async def terminal(command: str, is_input: bool = False, timeout: float | None = None, reset: bool = False,
-                   summary: str | None = None, *, ws: WorkspaceTools) -> str:
+async def terminal(
+    command: str,
+    is_input: bool = False,
+    timeout: float | None = None,
+    reset: bool = False,
+    summary: str | None = None,
+    *,
+    ws: WorkspaceTools,
+) -> str:
     """Run a shell command in the workspace (the SDK's description replaces this one)."""
     return await ws.terminal({"command": command, "is_input": is_input, "timeout": timeout, "reset": reset})
 
 
-async def file_editor(command: str, path: str, file_text: str | None = None, old_str: str | None = None,
-                      new_str: str | None = None, insert_line: int | None = None, view_range: list[int] | None = None,
-                      summary: str | None = None, *, ws: WorkspaceTools) -> str:
+async def file_editor(
+    command: str,
+    path: str,
+    file_text: str | None = None,
+    old_str: str | None = None,
+    new_str: str | None = None,
+    insert_line: int | None = None,
+    view_range: list[int] | None = None,
+    summary: str | None = None,
+    *,
+    ws: WorkspaceTools,
+) -> str:
     """View, create and edit files in the workspace (the SDK's description replaces this one)."""
-    arguments = {"command": command, "path": path, "file_text": file_text, "old_str": old_str, "new_str": new_str,
-                 "insert_line": insert_line, "view_range": view_range}
+    arguments = {
+        "command": command,
+        "path": path,
+        "file_text": file_text,
+        "old_str": old_str,
+        "new_str": new_str,
+        "insert_line": insert_line,
+        "view_range": view_range,
+    }
     return await ws.file_editor({k: v for k, v in arguments.items() if v is not None})
 
 
@@ -116,7 +163,11 @@ def finish(message: str, summary: str | None = None, *, ws: WorkspaceTools) -> s
     return ws.finish({"message": message})
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {"terminal": terminal, "file_editor": file_editor, "finish": finish}
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "terminal": terminal,
+    "file_editor": file_editor,
+    "finish": finish,
+}
 
 
 class OpenHandsSDK:
@@ -142,11 +193,15 @@ class OpenHandsSDK:
         self._metadata = metadata.CmdOutputMetadata
         self.definitions = {
             "terminal": terminal_module.TerminalTool(
-                action_type=terminal_module.TerminalAction, observation_type=self._terminal_observation,
-                description=descriptions.UNIX_TOOL_DESCRIPTION),
+                action_type=terminal_module.TerminalAction,
+                observation_type=self._terminal_observation,
+                description=descriptions.UNIX_TOOL_DESCRIPTION,
+            ),
             "file_editor": editor_module.FileEditorTool(
-                action_type=editor_module.FileEditorAction, observation_type=self._editor_observation,
-                description=editor_module.TOOL_DESCRIPTION),
+                action_type=editor_module.FileEditorAction,
+                observation_type=self._editor_observation,
+                description=editor_module.TOOL_DESCRIPTION,
+            ),
             "finish": finish_module.FinishTool.create()[0],
         }
 
@@ -157,16 +212,21 @@ class OpenHandsSDK:
             spec = dict(definition.to_openai_tool())
             function = dict(spec["function"])
             if name == "file_editor":
-                function["description"] += (f"\n\nYour current working directory is: {workdir}\nWhen exploring project "
-                                            "structure, start with this directory instead of the root filesystem.")
+                function["description"] += (
+                    f"\n\nYour current working directory is: {workdir}\nWhen exploring project "
+                    "structure, start with this directory instead of the root filesystem."
+                )
             spec["function"] = function
             specs.append(spec)
         return specs
 
     def toolbox(self, workdir: str, *, max_result_chars: int, timeout_s: float) -> Toolbox:
         """Our tool functions, announced and checked with the SDK's specs; ``ws`` is injected per episode."""
-        base = Toolbox([Tool.from_function(fn, hidden=HIDDEN) for fn in FUNCTIONS.values()],
-                       max_result_chars=max_result_chars, timeout_s=timeout_s)
+        base = Toolbox(
+            [Tool.from_function(fn, hidden=HIDDEN) for fn in FUNCTIONS.values()],
+            max_result_chars=max_result_chars,
+            timeout_s=timeout_s,
+        )
         return base.with_specs(self.specs(workdir))
 
     def action(self, name: str, arguments: dict[str, Any]) -> Any:
@@ -174,14 +234,18 @@ class OpenHandsSDK:
         try:
             return self.definitions[name].action_from_arguments(arguments)
         except self._validation_error as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
+            )
             raise ToolError(f"invalid arguments for {name}: {problems}") from None
 
-    def terminal_text(self, text: str, command: str, exit_code: int, cwd: str, *, timeout: bool = False,
-                      error: bool = False) -> str:
+    def terminal_text(
+        self, text: str, command: str, exit_code: int, cwd: str, *, timeout: bool = False, error: bool = False
+    ) -> str:
         metadata = self._metadata(exit_code=exit_code, working_dir=cwd)
-        observation = self._terminal_observation.from_text(text, is_error=error, command=command, exit_code=exit_code,
-                                                           timeout=timeout, metadata=metadata)
+        observation = self._terminal_observation.from_text(
+            text, is_error=error, command=command, exit_code=exit_code, timeout=timeout, metadata=metadata
+        )
         return _joined(observation)
 
     def editor_text(self, text: str, command: str, path: str, *, error: bool = False) -> str:

@@ -20,8 +20,15 @@ from .common import require, workplace_tool
 from .tables import PLOTS, Row, Workplace
 
 TABLE = "analytics"
-PLOT_VALUES = ("total_visits", "session_duration_seconds", "user_engaged", "visits_direct", "visits_referral",
-               "visits_search_engine", "visits_social_media")
+PLOT_VALUES = (
+    "total_visits",
+    "session_duration_seconds",
+    "user_engaged",
+    "visits_direct",
+    "visits_referral",
+    "visits_search_engine",
+    "visits_social_media",
+)
 PLOT_TYPES = ("bar", "line", "scatter", "histogram")
 
 
@@ -40,7 +47,9 @@ def analytics_get_visitor_information_by_id(db: Workplace, visitor_id: str) -> l
 
 
 @workplace_tool(writes=True)
-def analytics_create_plot(db: Workplace, time_min: str, time_max: str, value_to_plot: str, plot_type: str) -> str:
+def analytics_create_plot(
+    db: Workplace, time_min: str, time_max: str, value_to_plot: str, plot_type: str
+) -> str:
     """Plot an analytics value over a date range and return the plot's file path.
 
     Args:
@@ -114,9 +123,12 @@ def analytics_get_average_session_duration(
 
 
 def _visits(db: Workplace, time_min: str, time_max: str) -> list[Row]:
-    return [row for row in db[TABLE]
-            if (not time_min or (row["date_of_visit"] or "") >= time_min)
-            and (not time_max or (row["date_of_visit"] or "") <= time_max)]
+    return [
+        row
+        for row in db[TABLE]
+        if (not time_min or (row["date_of_visit"] or "") >= time_min)
+        and (not time_max or (row["date_of_visit"] or "") <= time_max)
+    ]
 
 
 def _per_day(visits: Iterable[Row], value: Callable[[list[Row]], Any]) -> dict[str, Any]:

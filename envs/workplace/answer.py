@@ -54,10 +54,27 @@ MAX_SHOWN = 3
 MAX_SHOWN_CHARS = 100
 """Characters of an item named in a reason, at most."""
 
-_MONTHS = {name: number for number, names in enumerate(
-    [("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
-     ("july", "jul"), ("august", "aug"), ("september", "sept", "sep"), ("october", "oct"), ("november", "nov"),
-     ("december", "dec")], start=1) for name in names}
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sept", "sep"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ],
+        start=1,
+    )
+    for name in names
+}
 _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _DATE_OR_TIME = re.compile(
@@ -68,7 +85,8 @@ _DATE_OR_TIME = re.compile(
     rf"|\b{_DAY}\s+(?:of\s+)?({_MONTH})\b\.?(?:,?\s+(\d{{4}})\b)?"  # 11 November, 11th of Nov 2025
     rf"|(?<![\w.:])(\d{{1,2}}):(\d{{2}})(?::\d{{2}})?(?:\s*([ap])\.?m\b\.?)?"  # 14:00, 2:30 pm
     rf"|(?<![\w.:])(\d{{1,2}})\s*([ap])\.?m\b\.?)",  # 2pm, 2 p.m.
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _TOKEN = re.compile(r"\d+(?:\.\d+)?|[^\W_]+")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -146,7 +164,10 @@ class Reply:
     def has(self, needle: Needle) -> bool:
         if needle.number is None:
             return needle.padded in self.tokens
-        for decimals, values in self.numbers.items():  # a stated number that rounds to the needle's, at its precision
+        for (
+            decimals,
+            values,
+        ) in self.numbers.items():  # a stated number that rounds to the needle's, at its precision
             half = Decimal(5).scaleb(-decimals - 1)
             nearest = bisect_left(values, needle.number - half)
             if nearest < len(values) and values[nearest] <= needle.number + half:
@@ -199,15 +220,20 @@ class ExpectedAnswer:
             for needle in item.needles:  # each form a right reply may take (a date without its year too)
                 clash = answer._stated(Reply(needle.padded))
                 if clash:
-                    raise TaskError(f"{clash} is found in the expected answer {item.text} (as {needle.padded.strip()!r}):"
-                                    " a right reply would score 0", "distractors")
+                    raise TaskError(
+                        f"{clash} is found in the expected answer {item.text} (as {needle.padded.strip()!r}):"
+                        " a right reply would score 0",
+                        "distractors",
+                    )
         return answer
 
     def check(self, reply: str) -> tuple[bool, str]:
         """Whether ``reply`` states the answer and no distractor, and why (a short, bounded reason)."""
         if len(reply) > MAX_ANSWER_CHARS:
-            return False, (f"the final reply has {len(reply):,} characters; a question's answer must fit in "
-                           f"{MAX_ANSWER_CHARS:,}")
+            return False, (
+                f"the final reply has {len(reply):,} characters; a question's answer must fit in "
+                f"{MAX_ANSWER_CHARS:,}"
+            )
         read = Reply(reply)
         missing = [item.text for item in self.items if not read.has_any(item.needles)]
         if missing:
@@ -229,8 +255,10 @@ def _item(entry: Any, where: str, *, alternatives: bool = True) -> Item:
     for option in options:
         if not isinstance(option, str) or not option.strip() or len(option) > MAX_ITEM_CHARS:
             kind = "a string or a list of strings" if alternatives else "a string"
-            raise TaskError(f"{where}: expected {kind}, each non-empty and at most {MAX_ITEM_CHARS} characters",
-                            _field(where))
+            raise TaskError(
+                f"{where}: expected {kind}, each non-empty and at most {MAX_ITEM_CHARS} characters",
+                _field(where),
+            )
         found = Needle.parse(option)
         if not found:
             raise TaskError(f"{where}: {option!r} has no word or number to look for", _field(where))

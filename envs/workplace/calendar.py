@@ -55,8 +55,16 @@ def calendar_search_events(
         page: Which page of results to return, from 1.
         page_size: How many events a page holds.
     """
-    low = parse_datetime(time_min, "Invalid time_min format. Expected YYYY-MM-DD HH:MM:SS.") if time_min else None
-    high = parse_datetime(time_max, "Invalid time_max format. Expected YYYY-MM-DD HH:MM:SS.") if time_max else None
+    low = (
+        parse_datetime(time_min, "Invalid time_min format. Expected YYYY-MM-DD HH:MM:SS.")
+        if time_min
+        else None
+    )
+    high = (
+        parse_datetime(time_max, "Invalid time_max format. Expected YYYY-MM-DD HH:MM:SS.")
+        if time_max
+        else None
+    )
     found = []
     for row in db[TABLE]:
         if query and not (contains(row["event_name"], query) or contains(row["participant_email"], query)):
@@ -74,8 +82,9 @@ def calendar_search_events(
 
 
 @workplace_tool(writes=True)
-def calendar_create_event(db: Workplace, event_name: str, participant_email: str, event_start: str,
-                          duration: str) -> str:
+def calendar_create_event(
+    db: Workplace, event_name: str, participant_email: str, event_start: str, duration: str
+) -> str:
     """Create a calendar event and return its id.
 
     Args:
@@ -91,13 +100,15 @@ def calendar_create_event(db: Workplace, event_name: str, participant_email: str
     parse_datetime(event_start, START_FORMAT)
     _check_duration(duration)
     table = db[TABLE]
-    return table.insert({
-        "event_id": table.next_id(),
-        "event_name": event_name,
-        "participant_email": participant_email.lower(),
-        "event_start": event_start,
-        "duration": duration,
-    })
+    return table.insert(
+        {
+            "event_id": table.next_id(),
+            "event_name": event_name,
+            "participant_email": participant_email.lower(),
+            "event_start": event_start,
+            "duration": duration,
+        }
+    )
 
 
 @workplace_tool(writes=True)

@@ -37,8 +37,9 @@ def workplace_tool(fn: F | None = None, *, writes: bool = False) -> Any:
         def guarded(db: Workplace, **arguments: Any) -> Any:
             for name, value in arguments.items():
                 if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
-                    raise ToolError(f"argument '{name}' has {len(value):,} characters; "
-                                    f"the limit is {MAX_TEXT_CHARS:,}")
+                    raise ToolError(
+                        f"argument '{name}' has {len(value):,} characters; the limit is {MAX_TEXT_CHARS:,}"
+                    )
             return function(db, **arguments)
 
         guarded.__signature__ = inspect.signature(function)  # type: ignore[attr-defined]  # keeps the schema

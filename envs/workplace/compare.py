@@ -119,7 +119,9 @@ def _table_differences(expected: TableState, actual: TableState) -> list[str]:
     return sorted(found)
 
 
-def _new_row_differences(name: str, columns: tuple[str, ...], expected: TableState, actual: TableState) -> list[str]:
+def _new_row_differences(
+    name: str, columns: tuple[str, ...], expected: TableState, actual: TableState
+) -> list[str]:
     """Rows created during the episode, compared as multisets of their content (ids aside)."""
     content = [c for c in columns if c != expected.key]
     want, wanted_rows = _new_rows(content, expected)

@@ -15,8 +15,10 @@ ROW = next(row for _, row in read_rows("bundled:workplace/tasks.jsonl") if row["
 
 def tool_calls(calls: list[dict[str, Any]]) -> str:
     """``<tool_call>`` blocks of ``{"name", "arguments"}`` calls (arguments as NeMo Gym's JSON text)."""
-    return "".join(f'<tool_call>{{"name": {json.dumps(c["name"])}, "arguments": {c["arguments"]}}}</tool_call>'
-                   for c in calls)
+    return "".join(
+        f'<tool_call>{{"name": {json.dumps(c["name"])}, "arguments": {c["arguments"]}}}</tool_call>'
+        for c in calls
+    )
 
 
 CASE = Case(

@@ -21,16 +21,34 @@ from .tables import Workplace
 TABLE = "customer_relationship_manager"
 STATUSES = ("Qualified", "Won", "Lost", "Lead", "Proposal")
 PRODUCTS = ("Software", "Hardware", "Services", "Consulting", "Training")
-UPDATABLE = ("customer_name", "assigned_to_email", "customer_email", "customer_phone", "last_contact_date",
-             "product_interest", "status", "notes", "follow_up_by")
+UPDATABLE = (
+    "customer_name",
+    "assigned_to_email",
+    "customer_email",
+    "customer_phone",
+    "last_contact_date",
+    "product_interest",
+    "status",
+    "notes",
+    "follow_up_by",
+)
 LOWER_CASE = ("customer_email", "assigned_to_email")
 
 
 @workplace_tool
 def customer_relationship_manager_search_customers(
-    db: Workplace, customer_name: str = "", customer_email: str = "", product_interest: str = "", status: str = "",
-    assigned_to_email: str = "", last_contact_date_min: str = "", last_contact_date_max: str = "",
-    follow_up_by_min: str = "", follow_up_by_max: str = "", page: int = 1, page_size: int = 5,
+    db: Workplace,
+    customer_name: str = "",
+    customer_email: str = "",
+    product_interest: str = "",
+    status: str = "",
+    assigned_to_email: str = "",
+    last_contact_date_min: str = "",
+    last_contact_date_max: str = "",
+    follow_up_by_min: str = "",
+    follow_up_by_max: str = "",
+    page: int = 1,
+    page_size: int = 5,
 ) -> dict[str, Any] | str:
     """Find the customers that match every filter given (at least one), in pages.
 
@@ -47,14 +65,22 @@ def customer_relationship_manager_search_customers(
         page: Which page of results to return, from 1.
         page_size: How many customers a page holds.
     """
-    texts = {"customer_name": customer_name, "customer_email": customer_email,
-             "product_interest": product_interest, "status": status, "assigned_to_email": assigned_to_email}
-    bounds = [("last_contact_date", last_contact_date_min, last_contact_date_max),
-              ("follow_up_by", follow_up_by_min, follow_up_by_max)]
+    texts = {
+        "customer_name": customer_name,
+        "customer_email": customer_email,
+        "product_interest": product_interest,
+        "status": status,
+        "assigned_to_email": assigned_to_email,
+    }
+    bounds = [
+        ("last_contact_date", last_contact_date_min, last_contact_date_max),
+        ("follow_up_by", follow_up_by_min, follow_up_by_max),
+    ]
     if not any(texts.values()) and not any(low or high for _, low, high in bounds):
         raise ToolError("No search parameters provided. Please provide at least one parameter.")
     found = [
-        dict(row) for row in db[TABLE]
+        dict(row)
+        for row in db[TABLE]
         if all(contains(row[field], text) for field, text in texts.items() if text)
         and all(_within(row[field], low, high) for field, low, high in bounds)
     ]
@@ -64,7 +90,9 @@ def customer_relationship_manager_search_customers(
 
 
 @workplace_tool(writes=True)
-def customer_relationship_manager_update_customer(db: Workplace, customer_id: str, field: str, new_value: str) -> str:
+def customer_relationship_manager_update_customer(
+    db: Workplace, customer_id: str, field: str, new_value: str
+) -> str:
     """Change one field of a customer record.
 
     Args:
@@ -90,8 +118,15 @@ def customer_relationship_manager_update_customer(db: Workplace, customer_id: st
 
 @workplace_tool(writes=True)
 def customer_relationship_manager_add_customer(
-    db: Workplace, customer_name: str, assigned_to_email: str, status: str, customer_email: str = "",
-    customer_phone: str = "", last_contact_date: str = "", product_interest: str = "", notes: str = "",
+    db: Workplace,
+    customer_name: str,
+    assigned_to_email: str,
+    status: str,
+    customer_email: str = "",
+    customer_phone: str = "",
+    last_contact_date: str = "",
+    product_interest: str = "",
+    notes: str = "",
     follow_up_by: str = "",
 ) -> str:
     """Add a customer record and return its id.
@@ -108,14 +143,25 @@ def customer_relationship_manager_add_customer(
         notes: Free-text notes about the customer.
         follow_up_by: When to follow up next (YYYY-MM-DD).
     """
-    require(customer_name, assigned_to_email, status,
-            message="Please provide all required fields: customer_name, assigned_to_email, status.")
+    require(
+        customer_name,
+        assigned_to_email,
+        status,
+        message="Please provide all required fields: customer_name, assigned_to_email, status.",
+    )
     table = db[TABLE]
-    values = {"customer_id": table.next_id(), "customer_name": customer_name,
-              "assigned_to_email": assigned_to_email.lower(), "status": status,
-              "customer_email": customer_email.lower(), "customer_phone": customer_phone,
-              "last_contact_date": last_contact_date, "product_interest": product_interest, "notes": notes,
-              "follow_up_by": follow_up_by}
+    values = {
+        "customer_id": table.next_id(),
+        "customer_name": customer_name,
+        "assigned_to_email": assigned_to_email.lower(),
+        "status": status,
+        "customer_email": customer_email.lower(),
+        "customer_phone": customer_phone,
+        "last_contact_date": last_contact_date,
+        "product_interest": product_interest,
+        "notes": notes,
+        "follow_up_by": follow_up_by,
+    }
     return table.insert({column: value or None for column, value in values.items()})
 
 

@@ -123,14 +123,16 @@ def email_reply_email(db: Workplace, email_id: str, body: str) -> str:
 def _send(db: Workplace, recipient: str, subject: str | None, body: str | None) -> None:
     _check_address(recipient)
     table = db[TABLE]
-    table.insert({
-        "email_id": table.next_id(),
-        "inbox/outbox": "outbox",
-        "sender/recipient": recipient.lower(),
-        "subject": subject,
-        "sent_datetime": db.timestamp,
-        "body": body,
-    })
+    table.insert(
+        {
+            "email_id": table.next_id(),
+            "inbox/outbox": "outbox",
+            "sender/recipient": recipient.lower(),
+            "subject": subject,
+            "sent_datetime": db.timestamp,
+            "body": body,
+        }
+    )
 
 
 def _check_address(address: str) -> None:

@@ -90,7 +90,9 @@ class WorkplaceEnv(Env[WorkplaceTask]):
         if max_calls_per_turn < 1:
             raise ValueError("max_calls_per_turn must be at least 1")
         self.max_calls_per_turn = int(max_calls_per_turn)
-        self.workplace = tables if isinstance(tables, Workplace) else Workplace.load(tables or bundled_tables())
+        self.workplace = (
+            tables if isinstance(tables, Workplace) else Workplace.load(tables or bundled_tables())
+        )
         self.toolbox = make_toolbox(max_result_chars=max_result_chars)
         self.tools = AnnouncedTools(self.toolbox)
         super().__init__(tasks, **kwargs)
@@ -112,8 +114,11 @@ class WorkplaceEnv(Env[WorkplaceTask]):
         workplace = self.workplace.fresh(task.now)
         for index, result in enumerate(replay(task.toolbox, workplace, task.calls)):
             if not result.ok:
-                raise TaskError(f"ground_truth[{index}] ({result.call.name}) fails on the tables in "
-                                f"{self.workplace.folder}: {result.error}", "ground_truth")
+                raise TaskError(
+                    f"ground_truth[{index}] ({result.call.name}) fails on the tables in "
+                    f"{self.workplace.folder}: {result.error}",
+                    "ground_truth",
+                )
         return workplace
 
     # ----- episodes -----------------------------------------------------------------------------
@@ -127,8 +132,9 @@ class WorkplaceEnv(Env[WorkplaceTask]):
 
     async def aturn(self, episode: Episode[WorkplaceTask], completion: Completion) -> Turn:
         state: WorkplaceEpisode = episode.state
-        tools = await episode.task.toolbox.aturn(completion, {"db": state.workplace},
-                                                 max_calls=self.max_calls_per_turn, parser=self.tool_parser)
+        tools = await episode.task.toolbox.aturn(
+            completion, {"db": state.workplace}, max_calls=self.max_calls_per_turn, parser=self.tool_parser
+        )
         state.calls += tools.calls
         state.errors += tools.errors
         return Turn(tools.messages, done=tools.ended, info=tools.info)
@@ -148,8 +154,10 @@ class WorkplaceEnv(Env[WorkplaceTask]):
         if episode.final.truncated:
             return Reward.zero(f"truncated: {reason}", **_counts(state))
         if not state.task.writes or state.task.answer is not None:
-            return Reward.zero(f"truncated: {reason}; the task is answered in the final reply, and none came",
-                               **_counts(state))
+            return Reward.zero(
+                f"truncated: {reason}; the task is answered in the final reply, and none came",
+                **_counts(state),
+            )
         return self._outcome(state, f"truncated: {reason}; ")
 
     def _outcome(self, state: WorkplaceEpisode, prefix: str = "", answer: str = "") -> Reward:
@@ -159,8 +167,11 @@ class WorkplaceEnv(Env[WorkplaceTask]):
         except TaskError as exc:  # the row loaded, so the tables or the row changed since
             return Reward.failed(f"the ground truth no longer runs: {exc}")
         verdict = compare(expected.snapshot(), state.workplace.snapshot())
-        info: dict[str, Any] = {**_counts(state), "differences": list(verdict.differences),
-                                "tables": list(verdict.tables)}
+        info: dict[str, Any] = {
+            **_counts(state),
+            "differences": list(verdict.differences),
+            "tables": list(verdict.tables),
+        }
         reasons, passed = [verdict.reason], verdict.equal
         if state.task.answer is not None:
             found, why = state.task.answer.check(answer)

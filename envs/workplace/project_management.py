@@ -41,7 +41,11 @@ def project_management_get_task_information_by_id(db: Workplace, task_id: str, f
 
 @workplace_tool
 def project_management_search_tasks(
-    db: Workplace, task_name: str = "", assigned_to_email: str = "", list_name: str = "", due_date: str = "",
+    db: Workplace,
+    task_name: str = "",
+    assigned_to_email: str = "",
+    list_name: str = "",
+    due_date: str = "",
     board: str = "",
 ) -> list[dict[str, Any]]:
     """Find the tasks that match every filter given (at least one).
@@ -60,7 +64,8 @@ def project_management_search_tasks(
     wanted = {"task_name": task_name, "list_name": list_name, "due_date": due_date, "board": board}
     assignee = assigned_to_email.lower()
     return [
-        dict(row) for row in db[TABLE]
+        dict(row)
+        for row in db[TABLE]
         if all(contains(row[field], text) for field, text in wanted.items() if text)
         and (not assignee or (row["assigned_to_email"] or "").lower() == assignee)
     ]
@@ -85,8 +90,16 @@ def project_management_create_task(
     _check_choice(list_name, LISTS, "List")
     _check_choice(board, BOARDS, "Board")
     table = db[TABLE]
-    return table.insert({"task_id": table.next_id(), "task_name": task_name, "assigned_to_email": assignee,
-                         "list_name": list_name, "due_date": due_date, "board": board})
+    return table.insert(
+        {
+            "task_id": table.next_id(),
+            "task_name": task_name,
+            "assigned_to_email": assignee,
+            "list_name": list_name,
+            "due_date": due_date,
+            "board": board,
+        }
+    )
 
 
 @workplace_tool(writes=True)

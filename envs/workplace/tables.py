@@ -68,19 +68,49 @@ class TableSpec:
 
 TABLES: dict[str, TableSpec] = {
     "email": TableSpec(
-        "emails.csv", "email_id",
-        ("email_id", "inbox/outbox", "sender/recipient", "subject", "sent_datetime", "body"), pad_ids=False),
+        "emails.csv",
+        "email_id",
+        ("email_id", "inbox/outbox", "sender/recipient", "subject", "sent_datetime", "body"),
+        pad_ids=False,
+    ),
     "calendar": TableSpec(
-        "calendar_events.csv", "event_id", ("event_id", "event_name", "participant_email", "event_start", "duration")),
+        "calendar_events.csv",
+        "event_id",
+        ("event_id", "event_name", "participant_email", "event_start", "duration"),
+    ),
     "analytics": TableSpec(
-        "analytics_data.csv", None,
-        ("date_of_visit", "visitor_id", "page_views", "session_duration_seconds", "traffic_source", "user_engaged")),
+        "analytics_data.csv",
+        None,
+        (
+            "date_of_visit",
+            "visitor_id",
+            "page_views",
+            "session_duration_seconds",
+            "traffic_source",
+            "user_engaged",
+        ),
+    ),
     "project_management": TableSpec(
-        "project_tasks.csv", "task_id", ("task_id", "task_name", "assigned_to_email", "list_name", "due_date", "board")),
+        "project_tasks.csv",
+        "task_id",
+        ("task_id", "task_name", "assigned_to_email", "list_name", "due_date", "board"),
+    ),
     "customer_relationship_manager": TableSpec(
-        "customer_relationship_manager_data.csv", "customer_id",
-        ("customer_id", "assigned_to_email", "customer_name", "customer_email", "customer_phone",
-         "last_contact_date", "product_interest", "status", "follow_up_by", "notes")),
+        "customer_relationship_manager_data.csv",
+        "customer_id",
+        (
+            "customer_id",
+            "assigned_to_email",
+            "customer_name",
+            "customer_email",
+            "customer_phone",
+            "last_contact_date",
+            "product_interest",
+            "status",
+            "follow_up_by",
+            "notes",
+        ),
+    ),
 }
 PLOTS = "plots"
 DIRECTORY_CSV = "email_addresses.csv"
@@ -96,8 +126,16 @@ class Table:
 
     __slots__ = ("_owned", "_rows", "_serial", "columns", "created", "key", "limit", "name", "pad_ids")
 
-    def __init__(self, name: str, columns: tuple[str, ...], key: str | None, rows: dict[str, Row],
-                 *, pad_ids: bool = True, limit: int | None = None):
+    def __init__(
+        self,
+        name: str,
+        columns: tuple[str, ...],
+        key: str | None,
+        rows: dict[str, Row],
+        *,
+        pad_ids: bool = True,
+        limit: int | None = None,
+    ):
         self.name, self.columns, self.key, self.pad_ids = name, columns, key, pad_ids
         self._rows = rows
         self._owned = True
@@ -109,7 +147,12 @@ class Table:
         """A copy that shares this table's rows until one of the two writes."""
         twin = Table.__new__(Table)
         twin.name, twin.columns, twin.key, twin.pad_ids = self.name, self.columns, self.key, self.pad_ids
-        twin._rows, twin._serial, twin.created, twin.limit = self._rows, self._serial, self.created, self.limit
+        twin._rows, twin._serial, twin.created, twin.limit = (
+            self._rows,
+            self._serial,
+            self.created,
+            self.limit,
+        )
         twin._owned = self._owned = False
         return twin
 
@@ -133,7 +176,9 @@ class Table:
     def insert(self, values: Mapping[str, Any]) -> str:
         """Append a row (missing columns are missing values); return its key."""
         if len(self._rows) >= self.limit:
-            raise ToolError(f"the {self.name} table is full ({len(self._rows)} rows); delete rows before adding more")
+            raise ToolError(
+                f"the {self.name} table is full ({len(self._rows)} rows); delete rows before adding more"
+            )
         row = {column: values.get(column) for column in self.columns}
         key: Any = str(self._serial) if self.key is None else row[self.key]
         if not isinstance(key, str) or key in self._rows:
@@ -266,8 +311,12 @@ def _read_directory(root: Path, tables: dict[str, Table]) -> tuple[str, ...]:
         addresses = _directory_json(json.loads(described.read_text(encoding="utf-8")))
         if addresses is not None:
             return addresses
-    team = {row["assigned_to_email"] for name in ("project_management", "customer_relationship_manager")
-            for row in tables[name] if row["assigned_to_email"]}
+    team = {
+        row["assigned_to_email"]
+        for name in ("project_management", "customer_relationship_manager")
+        for row in tables[name]
+        if row["assigned_to_email"]
+    }
     return tuple(sorted(team))
 
 

@@ -124,8 +124,9 @@ def read_task(row: Row, tools: AnnouncedTools) -> WorkplaceTask:
     unknown = sorted({call.name for call in calls if call.name not in toolbox})
     if unknown:
         raise TaskError(f"calls tool(s) {unknown} that the task does not announce", "ground_truth")
-    return WorkplaceTask(Prompt(tuple(messages)), calls, task_clock(messages), toolbox, specs,
-                         ExpectedAnswer.from_row(row))
+    return WorkplaceTask(
+        Prompt(tuple(messages)), calls, task_clock(messages), toolbox, specs, ExpectedAnswer.from_row(row)
+    )
 
 
 def task_clock(messages: list[Message]) -> datetime:
@@ -140,9 +141,14 @@ def task_clock(messages: list[Message]) -> datetime:
             clock = _TIME.search(text, day.end(), day.end() + CLOCK_WINDOW)
             return datetime.combine(today, time.fromisoformat(clock.group(1)) if clock else time())
         except ValueError as exc:
-            raise TaskError(f"the prompt's date or time is not valid: {exc}", "responses_create_params.input") from None
-    raise TaskError("the prompt must state today's date as YYYY-MM-DD (e.g. \"Today's date is Thursday, "
-                    "2023-11-30 and the current time is 23:59:00.\")", "responses_create_params.input")
+            raise TaskError(
+                f"the prompt's date or time is not valid: {exc}", "responses_create_params.input"
+            ) from None
+    raise TaskError(
+        "the prompt must state today's date as YYYY-MM-DD (e.g. \"Today's date is Thursday, "
+        '2023-11-30 and the current time is 23:59:00.")',
+        "responses_create_params.input",
+    )
 
 
 def _ground_truth(value: Any) -> tuple[ToolCall, ...]:
@@ -179,6 +185,8 @@ def _specs(row: dict[str, Any]) -> tuple[str, list[dict] | None]:
     where, specs = "tools", row.get("tools")
     if specs is None and isinstance(params, dict):
         where, specs = "responses_create_params.tools", params.get("tools")
-    if specs is not None and (not isinstance(specs, list) or not specs or not all(isinstance(s, dict) for s in specs)):
+    if specs is not None and (
+        not isinstance(specs, list) or not specs or not all(isinstance(s, dict) for s in specs)
+    ):
         raise TaskError("expected a non-empty list of tool specs", where)
     return where, specs

@@ -16,7 +16,12 @@ from . import analytics, calendar, crm, directory, email, project_management
 from .tables import Workplace
 
 FUNCTIONS = (
-    *directory.TOOLS, *email.TOOLS, *calendar.TOOLS, *analytics.TOOLS, *project_management.TOOLS, *crm.TOOLS,
+    *directory.TOOLS,
+    *email.TOOLS,
+    *calendar.TOOLS,
+    *analytics.TOOLS,
+    *project_management.TOOLS,
+    *crm.TOOLS,
 )
 WRITE_TOOLS = frozenset(fn.__name__ for fn in FUNCTIONS if getattr(fn, "writes", False))
 """The tools that change the workplace (create, update, delete); all others only read it."""
@@ -25,8 +30,11 @@ HIDDEN = ("db",)
 
 def make_toolbox(*, max_result_chars: int = 20_000) -> Toolbox:
     """A toolbox of every workplace tool, announced with the schemas derived from the functions."""
-    return Toolbox([Tool.from_function(fn, hidden=HIDDEN) for fn in FUNCTIONS], max_result_chars=max_result_chars,
-                   drop_nulls=True)
+    return Toolbox(
+        [Tool.from_function(fn, hidden=HIDDEN) for fn in FUNCTIONS],
+        max_result_chars=max_result_chars,
+        drop_nulls=True,
+    )
 
 
 def call_now(toolbox: Toolbox, call: ToolCall, db: Workplace) -> ToolResult:
@@ -48,4 +56,3 @@ def call_now(toolbox: Toolbox, call: ToolCall, db: Workplace) -> ToolResult:
 def replay(toolbox: Toolbox, db: Workplace, calls: Iterable[ToolCall]) -> list[ToolResult]:
     """Run ``calls`` in order on ``db``; a failing call changes nothing and the next one runs."""
     return [call_now(toolbox, call, db) for call in calls]
-

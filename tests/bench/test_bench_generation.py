@@ -16,8 +16,12 @@ from bench_generation import count_tokens  # noqa: E402
 
 
 def run_bench(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH / "bench_generation.py"), *argv], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(BENCH / "bench_generation.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_count_tokens_stops_at_the_first_end_token_and_keeps_it():
@@ -33,9 +37,26 @@ def test_unknown_variant_is_a_one_line_error():
 @pytest.mark.slow
 def test_tiny_run_reports_every_variant(tmp_path):
     out = tmp_path / "result.json"
-    proc = run_bench("--model", "tiny", "--prompts", "2", "--group", "2", "--max-tokens", "6", "--repeats", "1",
-                     "--threads", "1", "--variants", "ours-generate,vllm", "--vllm-python", str(tmp_path / "no-python"),
-                     "--json", str(out))
+    proc = run_bench(
+        "--model",
+        "tiny",
+        "--prompts",
+        "2",
+        "--group",
+        "2",
+        "--max-tokens",
+        "6",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--variants",
+        "ours-generate,vllm",
+        "--vllm-python",
+        str(tmp_path / "no-python"),
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(out.read_text())["results"]
     assert list(results) == ["generate", "ours-generate", "vllm"]  # the baseline is always run first

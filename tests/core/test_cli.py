@@ -47,11 +47,29 @@ def test_unknown_env_is_one_line_and_nonzero():
 
 def test_eval_against_a_server(chat_server, tmp_path, capsys):
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("\n".join(json.dumps({"id": f"t{i}", "prompt": f"ANSWER: {i}", "answer": str(i % 2)}) for i in range(4)))
+    tasks.write_text(
+        "\n".join(
+            json.dumps({"id": f"t{i}", "prompt": f"ANSWER: {i}", "answer": str(i % 2)}) for i in range(4)
+        )
+    )
     out = tmp_path / "res.jsonl"
     code = main(
-        ["eval", "--env", "toy/ExactAnswer-v0", "--tasks", str(tasks), "--policy", chat_server.url,
-         "--model", "echo-answer", "-g", "2", "-o", str(out), "--no-progress"]
+        [
+            "eval",
+            "--env",
+            "toy/ExactAnswer-v0",
+            "--tasks",
+            str(tasks),
+            "--policy",
+            chat_server.url,
+            "--model",
+            "echo-answer",
+            "-g",
+            "2",
+            "-o",
+            str(out),
+            "--no-progress",
+        ]
     )
     assert code == 0
     printed = capsys.readouterr().out
@@ -64,8 +82,20 @@ def test_eval_with_a_mix_file_and_bad_weights(chat_server, tmp_path, capsys):
     tasks.write_text(json.dumps({"id": "a", "prompt": "ANSWER: 1", "answer": "1"}))
     mix = tmp_path / "mix.yaml"
     mix.write_text(f"envs:\n  toy/ExactAnswer-v0: {{weight: 2, kwargs: {{tasks: {tasks}}}}}\n")
-    args = ["eval", "--mix", str(mix), "-n", "3", "--policy", chat_server.url, "--model", "echo-answer",
-            "-o", str(tmp_path / "r.jsonl"), "--no-progress"]
+    args = [
+        "eval",
+        "--mix",
+        str(mix),
+        "-n",
+        "3",
+        "--policy",
+        chat_server.url,
+        "--model",
+        "echo-answer",
+        "-o",
+        str(tmp_path / "r.jsonl"),
+        "--no-progress",
+    ]
     assert main(args) == 0
     assert main(["eval", "--mix", "toy/ExactAnswer-v0=-1", "--policy", chat_server.url]) == 2
     assert "negative" in capsys.readouterr().err
@@ -86,9 +116,17 @@ def test_eval_defaults_come_from_one_place():
     args = build_parser().parse_args(["eval"])
     rollout = RolloutConfig()
     assert (args.max_tokens, args.temperature, args.top_p, args.concurrency) == (
-        defaults.DEFAULT_MAX_TOKENS, defaults.DEFAULT_TEMPERATURE, defaults.DEFAULT_TOP_P, defaults.DEFAULT_CONCURRENCY)
+        defaults.DEFAULT_MAX_TOKENS,
+        defaults.DEFAULT_TEMPERATURE,
+        defaults.DEFAULT_TOP_P,
+        defaults.DEFAULT_CONCURRENCY,
+    )
     assert (rollout.max_tokens, rollout.temperature, rollout.top_p, rollout.concurrency) == (
-        defaults.DEFAULT_MAX_TOKENS, defaults.DEFAULT_TEMPERATURE, defaults.DEFAULT_TOP_P, defaults.DEFAULT_CONCURRENCY)
+        defaults.DEFAULT_MAX_TOKENS,
+        defaults.DEFAULT_TEMPERATURE,
+        defaults.DEFAULT_TOP_P,
+        defaults.DEFAULT_CONCURRENCY,
+    )
 
 
 def test_serve_sandbox_finds_the_code_env_service(monkeypatch):
@@ -99,15 +137,40 @@ def test_serve_sandbox_finds_the_code_env_service(monkeypatch):
     service = importlib.import_module(cli.SANDBOX_SERVICE_MODULE)
     seen = {}
     monkeypatch.setattr(service, "serve_sandbox", lambda **kw: seen.update(kw))
-    assert main(["serve-sandbox", "--port", "0", "--workers", "3", "--max-queue", "5", "--max-body-mb", "2"]) == 0
-    assert seen == {"host": "127.0.0.1", "port": 0, "workers": 3, "backend": None, "max_queue": 5,
-                    "max_body_mb": 2.0}
+    assert (
+        main(["serve-sandbox", "--port", "0", "--workers", "3", "--max-queue", "5", "--max-body-mb", "2"])
+        == 0
+    )
+    assert seen == {
+        "host": "127.0.0.1",
+        "port": 0,
+        "workers": 3,
+        "backend": None,
+        "max_queue": 5,
+        "max_body_mb": 2.0,
+    }
 
 
 def test_eval_exits_nonzero_when_every_episode_failed(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    code = main(["eval", "--policy", "http://127.0.0.1:9/v1", "--model", "m", "--env", "cascade/MCQA-v0",
-                 "--limit", "2", "--request-timeout", "1", "--no-progress", "-o", str(out)])
+    code = main(
+        [
+            "eval",
+            "--policy",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--env",
+            "cascade/MCQA-v0",
+            "--limit",
+            "2",
+            "--request-timeout",
+            "1",
+            "--no-progress",
+            "-o",
+            str(out),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 1 and "every episode failed" in captured.err
     assert "2 episode(s) failed" in captured.out and "connection" in captured.out.lower()

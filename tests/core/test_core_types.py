@@ -67,7 +67,9 @@ def test_split_reasoning(text, reasoning, answer, unterminated):
 
 
 INVISIBLE = [
-    "", " \n\t\r\f\v", "\x00\x1f\x7f\x85",  # whitespace and controls (Cc)
+    "",
+    " \n\t\r\f\v",
+    "\x00\x1f\x7f\x85",  # whitespace and controls (Cc)
     "\u00a0\u1680\u2000\u200a\u202f\u205f\u3000",  # space separators (Zs)
     "\u2028\u2029",  # line and paragraph separators (Zl, Zp)
     "\u200b\u200c\u200d\u2060\ufeff",  # zero-width space, joiners, word joiner, BOM (Cf)
@@ -85,7 +87,9 @@ def test_text_of_invisible_characters_only_is_no_answer(text):
     assert not has_visible_text(f"\u200b{text} \u2060")
 
 
-@pytest.mark.parametrize("text", ["a", "0", ".", "\ufffd", "\U0001f600", "\u00e9", "\u4e2d", "\u200b\u200bx\u200b"])
+@pytest.mark.parametrize(
+    "text", ["a", "0", ".", "\ufffd", "\U0001f600", "\u00e9", "\u4e2d", "\u200b\u200bx\u200b"]
+)
 def test_any_visible_character_is_an_answer(text):
     assert has_visible_text(text)
 

@@ -11,7 +11,9 @@ from tests.toy_envs import CharTemplatePolicy, ExactAnswerEnv
 
 
 def write_jsonl(path, lines):
-    path.write_bytes(b"\n".join(line if isinstance(line, bytes) else json.dumps(line).encode() for line in lines))
+    path.write_bytes(
+        b"\n".join(line if isinstance(line, bytes) else json.dumps(line).encode() for line in lines)
+    )
     return path
 
 
@@ -61,7 +63,11 @@ def test_rows_that_break_validation_unexpectedly_are_named_and_skip_means_skip(t
 
     rows = [
         {"id": "a", "prompt": "ok", "answer": "1"},
-        {"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": 4}]}], "answer": "1"},
+        {
+            "id": "parts",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": 4}]}],
+            "answer": "1",
+        },
         nested,
         {"id": "b", "prompt": "fine", "answer": "2"},
     ]
@@ -69,7 +75,10 @@ def test_rows_that_break_validation_unexpectedly_are_named_and_skip_means_skip(t
     path.write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n" + json.dumps(rows[3]) + "\n")
     with pytest.raises(DataError) as err:
         ExactAnswerEnv(tasks=str(path))
-    assert f"{path}:2 (id parts): field 'messages': message 0: every content part's 'text' must be a string" in str(err.value)
+    assert (
+        f"{path}:2 (id parts): field 'messages': message 0: every content part's 'text' must be a string"
+        in str(err.value)
+    )
     with caplog.at_level(logging.WARNING):
         env = Recursive(tasks=rows, on_bad_rows="skip")
     assert [t.task_id for t in env.tasks] == ["a", "b"] and env.tasks.skipped == 2
@@ -82,7 +91,9 @@ def test_parquet_rows(tmp_path):
     import pyarrow.parquet as pq
 
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.Table.from_pylist([{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}]), path)
+    pq.write_table(
+        pa.Table.from_pylist([{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}]), path
+    )
     assert [r for _, r in read_rows(path)][1] == {"prompt": "b", "answer": "2"}
     assert len(ExactAnswerEnv(tasks=str(path)).tasks) == 2
 
@@ -104,11 +115,25 @@ def test_missing_files():
 
 
 def test_prompt_layouts():
-    nemo = {"responses_create_params": {"input": [{"role": "developer", "content": "s"}, {"role": "user", "content": [{"type": "input_text", "text": "q"}]}]}}
+    nemo = {
+        "responses_create_params": {
+            "input": [
+                {"role": "developer", "content": "s"},
+                {"role": "user", "content": [{"type": "input_text", "text": "q"}]},
+            ]
+        }
+    }
     assert prompt_messages(nemo) == [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
-    assert prompt_messages({"messages": [{"role": "user", "content": "q"}]}) == [{"role": "user", "content": "q"}]
+    assert prompt_messages({"messages": [{"role": "user", "content": "q"}]}) == [
+        {"role": "user", "content": "q"}
+    ]
     assert prompt_messages({"prompt": "q"}) == [{"role": "user", "content": "q"}]
-    for bad in ({"prompt": []}, {"prompt": 3}, {"messages": [{"content": "x"}]}, {"messages": [{"role": "user", "content": 5}]}):
+    for bad in (
+        {"prompt": []},
+        {"prompt": 3},
+        {"messages": [{"content": "x"}]},
+        {"messages": [{"role": "user", "content": 5}]},
+    ):
         with pytest.raises(TaskError):
             prompt_messages(bad)
 

@@ -84,13 +84,26 @@ def test_multi_turn_tool_episode_and_turn_limit():
     env = LookupToolEnv()
     obs, _ = env.reset(options={"task": TASK})
     assert "<tools>" in obs[0]["content"] and obs[0]["content"].startswith("Use tools.")
-    obs, reward, terminated, truncated, _ = env.step('<tool_call>{"name": "lookup", "arguments": {}}</tool_call>')
+    obs, reward, terminated, truncated, _ = env.step(
+        '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+    )
     assert obs == [{"role": "tool", "content": "4"}] and not terminated and not truncated and reward == 0.0
     obs, reward, terminated, truncated, _ = env.step('<tool_call>{"name": "lookup", </tool_call>')
     assert "invalid JSON" in obs[0]["content"] and not terminated
-    obs, reward, terminated, truncated, info = env.step('<tool_call>{"name": "lookup", "arguments": {}}</tool_call>')
+    obs, reward, terminated, truncated, info = env.step(
+        '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+    )
     assert truncated and not terminated and reward == 0.0 and "turn limit of 3" in info["reward"].reason
-    assert [m["role"] for m in env.episode.messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool"]
+    assert [m["role"] for m in env.episode.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
 
 
 def test_thinking_mode_is_configurable():

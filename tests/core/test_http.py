@@ -40,7 +40,11 @@ def test_json_round_trip_and_stats(chat_server):
 def test_retryable_status_then_success(chat_server):
     client = RetryingClient(base(chat_server), max_retries=3, backoff_s=0.01)
     assert request(client, "/http/flaky/a/2") == {"ok": True, "attempt": 3}
-    assert client.stats["retries"] == 2 and client.stats["retry.status_503"] == 2 and client.stats["failures"] == 0
+    assert (
+        client.stats["retries"] == 2
+        and client.stats["retry.status_503"] == 2
+        and client.stats["failures"] == 0
+    )
     assert "2 retries (status_503 2)" in client.summary()
 
 
@@ -52,7 +56,11 @@ def test_retries_run_out(chat_server, status):
     err = info.value
     assert isinstance(err, CascadeError)
     assert err.status == status and err.attempts == 3 and err.method == "POST"
-    assert err.url.endswith(f"/http/status/{status}") and f"HTTP {status}" in str(err) and "3 attempts" in str(err)
+    assert (
+        err.url.endswith(f"/http/status/{status}")
+        and f"HTTP {status}" in str(err)
+        and "3 attempts" in str(err)
+    )
     assert chat_server.calls[f"/http/status/{status}"] == 3
     assert client.stats["failures"] == 1 and client.stats[f"failure.status_{status}"] == 1
 
@@ -95,20 +103,24 @@ def test_the_deadline_covers_a_slow_server_and_is_retried(chat_server):
 
 
 def test_retries_stop_when_the_budget_is_spent(chat_server):
-    client = RetryingClient(base(chat_server), max_retries=1000, backoff_s=0.05, max_backoff_s=0.2,
-                            retry_budget_s=1.0)
+    client = RetryingClient(
+        base(chat_server), max_retries=1000, backoff_s=0.05, max_backoff_s=0.2, retry_budget_s=1.0
+    )
     started = time.monotonic()
     with pytest.raises(HTTPRequestError, match=r"retry budget of 1 s spent") as info:
         request(client, "/http/status/503")
     elapsed = time.monotonic() - started
     assert elapsed < 1.5
     assert 3 <= info.value.attempts < 1000 and info.value.status == 503
-    assert chat_server.calls["/http/status/503"] == info.value.attempts and client.stats["failure.budget"] == 1
+    assert (
+        chat_server.calls["/http/status/503"] == info.value.attempts and client.stats["failure.budget"] == 1
+    )
 
 
 def test_throttling_is_bounded_by_the_budget_not_the_retry_count(chat_server):
-    client = RetryingClient(base(chat_server), max_retries=1, backoff_s=0.02, max_backoff_s=0.05,
-                            retry_budget_s=0.5)
+    client = RetryingClient(
+        base(chat_server), max_retries=1, backoff_s=0.02, max_backoff_s=0.05, retry_budget_s=0.5
+    )
     with pytest.raises(HTTPRequestError, match="budget") as info:
         request(client, "/http/status/429")
     assert info.value.attempts > 2  # 429s did not count against max_retries=1

@@ -36,8 +36,9 @@ class Recorder:
 
 
 @contextlib.asynccontextmanager
-async def connection(limits: Limits = SMALL) -> AsyncIterator[tuple[Recorder, asyncio.StreamReader,
-                                                                     asyncio.StreamWriter]]:
+async def connection(
+    limits: Limits = SMALL,
+) -> AsyncIterator[tuple[Recorder, asyncio.StreamReader, asyncio.StreamWriter]]:
     """A server on a free port with one open client connection to it."""
     handler = Recorder()
     server = await serve(handler, "127.0.0.1", 0, limits)
@@ -94,7 +95,11 @@ def test_a_body_over_the_limit_is_413_and_one_at_the_limit_is_served():
             assert (await read_answer(reader))[0] == 201
             writer.write(request("POST", "/echo", b"x" * 1025))
             status, headers, answer = await read_answer(reader)
-            assert status == 413 and headers["connection"] == "close" and "limit of 0.000976562 MiB" in answer["error"]
+            assert (
+                status == 413
+                and headers["connection"] == "close"
+                and "limit of 0.000976562 MiB" in answer["error"]
+            )
             assert await closed_within(reader, 5) < 1
             assert len(handler.seen) == 1
         # announced too large: answered from the headers; the body the client goes on sending is read

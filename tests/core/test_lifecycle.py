@@ -70,10 +70,14 @@ def test_a_run_leaves_no_process_client_or_temp_dir_behind(private_tmp):
             return groups, during
 
     groups, during = asyncio.run(run())
-    assert all(e.error is None for g in groups for e in g.episodes), [e.error for g in groups for e in g.episodes]
+    assert all(e.error is None for g in groups for e in g.episodes), [
+        e.error for g in groups for e in g.episodes
+    ]
     assert during, "the math env's verifier workers should have been running during the run"
     leftover = children() - before
-    assert not {pid for pid in leftover if psutil.pid_exists(pid)}, "closing the run must stop every worker process"
+    assert not {pid for pid in leftover if psutil.pid_exists(pid)}, (
+        "closing the run must stop every worker process"
+    )
     assert list(private_tmp.iterdir()) == []
 
 

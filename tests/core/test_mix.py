@@ -63,8 +63,14 @@ def test_all_tasks():
 def test_parse_mix_reads_both_entry_forms():
     from cascade_envs.mix import parse_mix
 
-    weights, kwargs = parse_mix({"toy/A-v0": 2, "toy/B-v0": {"weight": 0.5, "kwargs": {"tasks": "t.jsonl"}},
-                                 "toy/C-v0": {"kwargs": None}, "toy/D-v0": "1e-3"})
+    weights, kwargs = parse_mix(
+        {
+            "toy/A-v0": 2,
+            "toy/B-v0": {"weight": 0.5, "kwargs": {"tasks": "t.jsonl"}},
+            "toy/C-v0": {"kwargs": None},
+            "toy/D-v0": "1e-3",
+        }
+    )
     assert weights == {"toy/A-v0": 2.0, "toy/B-v0": 0.5, "toy/C-v0": 1.0, "toy/D-v0": 0.001}
     assert kwargs == {"toy/A-v0": {}, "toy/B-v0": {"tasks": "t.jsonl"}, "toy/C-v0": {}, "toy/D-v0": {}}
     assert all(isinstance(w, float) for w in weights.values())
@@ -88,7 +94,10 @@ def test_parse_mix_reads_both_entry_forms():
         ({"toy/A-v0": True}, r"expected a weight or \{weight: W, kwargs: \{\.\.\.\}\}, got True"),
         ({"toy/A-v0": None}, r"expected a weight or"),
         ({"toy/A-v0": {"weight": True}}, r"toy/A-v0\.weight must be a finite number, got True"),
-        ({"toy/A-v0": {"kwargs": [1]}}, r"^mix\.envs\.toy/A-v0\.kwargs: expected a mapping of keyword arguments"),
+        (
+            {"toy/A-v0": {"kwargs": [1]}},
+            r"^mix\.envs\.toy/A-v0\.kwargs: expected a mapping of keyword arguments",
+        ),
         ({"toy/A-v0": {"kwargs": {1: 2}}}, r"toy/A-v0\.kwargs: keyword names must be strings"),
         ({"toy/A-v0": 0, "toy/B-v0": 0.0}, r"^mix\.envs: the weights sum to zero"),
     ],
@@ -114,11 +123,17 @@ def test_load_mix_file(tmp_path):
 
     path = tmp_path / "mix.yaml"
     path.write_text("envs:\n  toy/A-v0: 0.55\n  toy/B-v0: {weight: 3e-1, kwargs: {tasks: t.jsonl}}\n")
-    assert load_mix_file(path) == ({"toy/A-v0": 0.55, "toy/B-v0": 0.3}, {"toy/A-v0": {}, "toy/B-v0": {"tasks": "t.jsonl"}})
-    for text, match in [("envs: [1, 2", "not valid YAML"), ("- 1\n", "expected a mapping 'envs:"),
-                        ("env: {toy/A-v0: 1}\n", "expected a mapping 'envs:"),
-                        ("envs: {toy/A-v0: 1}\nenvz: 2\n", "unknown key 'envz'; did you mean 'envs'"),
-                        ("envs: {toy/A-v0: {wieght: 1}}\n", r"mix\.yaml: envs\.toy/A-v0: unknown key 'wieght'")]:
+    assert load_mix_file(path) == (
+        {"toy/A-v0": 0.55, "toy/B-v0": 0.3},
+        {"toy/A-v0": {}, "toy/B-v0": {"tasks": "t.jsonl"}},
+    )
+    for text, match in [
+        ("envs: [1, 2", "not valid YAML"),
+        ("- 1\n", "expected a mapping 'envs:"),
+        ("env: {toy/A-v0: 1}\n", "expected a mapping 'envs:"),
+        ("envs: {toy/A-v0: 1}\nenvz: 2\n", "unknown key 'envz'; did you mean 'envs'"),
+        ("envs: {toy/A-v0: {wieght: 1}}\n", r"mix\.yaml: envs\.toy/A-v0: unknown key 'wieght'"),
+    ]:
         path.write_text(text)
         with pytest.raises(CascadeError, match=match):
             load_mix_file(path)

@@ -77,6 +77,8 @@ def test_env_specs_and_the_registry_module():
     import types
 
     specs = cascade_envs.env_specs()
-    assert "toy/ExactAnswer-v0" in specs and specs["toy/ExactAnswer-v0"].entry_point.endswith(":ExactAnswerEnv")
+    assert "toy/ExactAnswer-v0" in specs and specs["toy/ExactAnswer-v0"].entry_point.endswith(
+        ":ExactAnswerEnv"
+    )
     assert isinstance(cascade_envs.registry, types.ModuleType)  # no function shadows the module
     assert cascade_envs.registry.envs.is_loaded

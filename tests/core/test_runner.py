@@ -44,15 +44,31 @@ def test_groups_are_scored_and_every_episode_is_written(chat_server, tmp_path):
 
 def test_request_carries_sampling_and_thinking(chat_server):
     policy_items = [("toy/ExactAnswer-v0", TASKS[0])]
-    run(chat_server, "echo-answer", items=policy_items, sampling=SamplingParams(64, 0.7, 0.9, seed=5, stop=["\n\n"]))
+    run(
+        chat_server,
+        "echo-answer",
+        items=policy_items,
+        sampling=SamplingParams(64, 0.7, 0.9, seed=5, stop=["\n\n"]),
+    )
     request = chat_server.requests[-1]
-    assert (request["max_tokens"], request["temperature"], request["top_p"], request["seed"]) == (64, 0.7, 0.9, 5)
+    assert (request["max_tokens"], request["temperature"], request["top_p"], request["seed"]) == (
+        64,
+        0.7,
+        0.9,
+        5,
+    )
     assert request["stop"] == ["\n\n"] and request["chat_template_kwargs"] == {"enable_thinking": True}
 
 
 def test_a_seeded_run_gives_every_episode_its_own_seed(chat_server):
     """One seed for every request would make a seeded server return the same sample G times."""
-    run(chat_server, "echo-answer", items=ITEMS[:2], group_size=3, sampling=SamplingParams(16, 1.0, 1.0, seed=7))
+    run(
+        chat_server,
+        "echo-answer",
+        items=ITEMS[:2],
+        group_size=3,
+        sampling=SamplingParams(16, 1.0, 1.0, seed=7),
+    )
     seeds = sorted(r["seed"] for r in chat_server.requests[-6:])
     assert seeds == [7, 8, 9, 10, 11, 12]
 
@@ -64,7 +80,12 @@ def test_retries_recover_from_503(chat_server):
 
 @pytest.mark.parametrize(
     ("model", "message"),
-    [("error-500", "HTTP 500"), ("garbage", "malformed JSON"), ("no-choices", "no choices"), ("slow", "within the deadline")],
+    [
+        ("error-500", "HTTP 500"),
+        ("garbage", "malformed JSON"),
+        ("no-choices", "no choices"),
+        ("slow", "within the deadline"),
+    ],
 )
 def test_policy_failures_are_masked_and_nothing_is_lost(chat_server, tmp_path, model, message):
     out = tmp_path / "r.jsonl"
@@ -83,7 +104,9 @@ def test_policy_failures_are_masked_and_nothing_is_lost(chat_server, tmp_path, m
 def test_huge_response_is_scored(chat_server):
     groups = run(chat_server, "huge", items=ITEMS[:1])
     episode = groups[0].episodes[0]
-    assert len(episode.response) == 4 * 1024 * 1024 and episode.reward.value == 0.0 and not episode.reward.masked
+    assert (
+        len(episode.response) == 4 * 1024 * 1024 and episode.reward.value == 0.0 and not episode.reward.masked
+    )
 
 
 def test_bad_task_rows_are_recorded_not_dropped(chat_server, tmp_path):
@@ -135,7 +158,9 @@ def test_model_name_is_discovered_from_the_server(chat_server):
     async def go():
         policy = OpenAIChatPolicy(chat_server.url)
         try:
-            return await policy.agenerate([{"role": "user", "content": "ANSWER: hi"}], sampling=SamplingParams())
+            return await policy.agenerate(
+                [{"role": "user", "content": "ANSWER: hi"}], sampling=SamplingParams()
+            )
         finally:
             await policy.aclose()
 
@@ -155,7 +180,9 @@ def test_dead_server_is_a_policy_error():
 
 
 def test_reasoning_content_is_kept_in_the_completion():
-    data = {"choices": [{"message": {"content": "B", "reasoning_content": "think"}, "finish_reason": "length"}]}
+    data = {
+        "choices": [{"message": {"content": "B", "reasoning_content": "think"}, "finish_reason": "length"}]
+    }
     completion = parse_chat_completion(data)
     assert completion == "<think>think</think>B" and completion.truncated
 

@@ -111,7 +111,9 @@ def test_a_failing_group_scorer_masks_the_group_with_its_error():
     for group in groups:
         scored = group.episodes[:2]
         assert all(e.reward.masked and "judge server unreachable" in e.reward.error for e in scored)
-        assert all(not e.reward.masked and e.reward.value == 0.0 for e in group.episodes[2:])  # overlong stays 0
+        assert all(
+            not e.reward.masked and e.reward.value == 0.0 for e in group.episodes[2:]
+        )  # overlong stays 0
 
 
 def test_group_env_step_gives_no_provisional_reward():
@@ -142,13 +144,20 @@ def test_a_group_scorer_returning_the_wrong_count_masks():
     assert all(r.masked and "returned 1 rewards for 2 answers" in r.error for r in rewards)
 
 
-NOTHING_VISIBLE = ["<think>yes</think>", "\u200b\u2060\ufeff", "<think>r</think>\u3164 \u00ad\n", "<THINK>yes</THINK>"]
+NOTHING_VISIBLE = [
+    "<think>yes</think>",
+    "\u200b\u2060\ufeff",
+    "<think>r</think>\u3164 \u00ad\n",
+    "<THINK>yes</THINK>",
+]
 
 
 def test_a_reply_with_nothing_visible_scores_no_answer_and_never_reaches_the_scorer():
     env = RecordingEnv()
     rewards = asyncio.run(env.ascore_responses(TASKS[0], [*NOTHING_VISIBLE, "<think>r</think>yes"]))
-    assert [(r.value, r.masked, r.reason) for r in rewards] == [(0.0, False, NO_ANSWER)] * 4 + [(1.0, False, None)]
+    assert [(r.value, r.masked, r.reason) for r in rewards] == [(0.0, False, NO_ANSWER)] * 4 + [
+        (1.0, False, None)
+    ]
     assert asyncio.run(env.areward(TASKS[0], "\u200b")).reason == NO_ANSWER  # the runner's one-episode path
     assert CALLS == [("ascore", "yes")]
 

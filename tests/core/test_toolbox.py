@@ -31,11 +31,22 @@ from cascade_envs.tools import (
 class Inbox:
     """A tiny in-memory email table, the kind of state an env injects into its tools."""
 
-    emails: dict[str, dict[str, str]] = field(default_factory=lambda: {
-        "00000001": {"sender": "carlos@atlas.tech", "subject": "Task update", "body": "Prototype done.",
-                     "sent": "2023-11-29"},
-        "00000002": {"sender": "dana@atlas.tech", "subject": "Lunch", "body": "Friday?", "sent": "2023-11-30"},
-    })
+    emails: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {
+            "00000001": {
+                "sender": "carlos@atlas.tech",
+                "subject": "Task update",
+                "body": "Prototype done.",
+                "sent": "2023-11-29",
+            },
+            "00000002": {
+                "sender": "dana@atlas.tech",
+                "subject": "Lunch",
+                "body": "Friday?",
+                "sent": "2023-11-30",
+            },
+        }
+    )
     sent: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -58,12 +69,22 @@ def email_get_email_information_by_id(email_id: str, field: str, *, db: Inbox) -
     return db.emails[email_id][field]
 
 
-def email_search_emails(query: str = "", date_min: str | None = None, date_max: str | None = None, page: int = 1,
-                        page_size: int = 5, *, db: Inbox) -> list[dict[str, str]]:
+def email_search_emails(
+    query: str = "",
+    date_min: str | None = None,
+    date_max: str | None = None,
+    page: int = 1,
+    page_size: int = 5,
+    *,
+    db: Inbox,
+) -> list[dict[str, str]]:
     """Search emails whose subject or body contain the query, sent between the dates (YYYY-MM-DD)."""
-    found = [{"email_id": k, **v} for k, v in db.emails.items()
-             if query.lower() in (v["subject"] + v["body"]).lower()
-             and (date_min or "") <= v["sent"] <= (date_max or "9999")]
+    found = [
+        {"email_id": k, **v}
+        for k, v in db.emails.items()
+        if query.lower() in (v["subject"] + v["body"]).lower()
+        and (date_min or "") <= v["sent"] <= (date_max or "9999")
+    ]
     return found[(page - 1) * page_size : page * page_size]
 
 
@@ -75,8 +96,13 @@ def email_send_email(recipient: str, subject: str, body: str, *, db: Inbox) -> s
 
 def set_status(task_id: str, status: Status, page: int = 1) -> dict[str, Any]:
     """Set a task's status."""
-    return {"task_id": task_id, "status": status, "is_enum": isinstance(status, Status), "page": page,
-            "page_type": type(page).__name__}
+    return {
+        "task_id": task_id,
+        "status": status,
+        "is_enum": isinstance(status, Status),
+        "page": page,
+        "page_type": type(page).__name__,
+    }
 
 
 def divide(a: float, b: float) -> float:
@@ -113,14 +139,25 @@ def call(toolbox: Toolbox, name: str, context: dict[str, Any] | None = None, **a
 def test_tool_from_function_and_its_spec():
     read = Tool.from_function(email_get_email_information_by_id, hidden=["db"])
     assert read.name == "email_get_email_information_by_id" and read.hidden == ("db",)
-    assert read.spec == {"type": "function", "function": {
-        "name": "email_get_email_information_by_id",
-        "description": "Retrieve one field of an email.",
-        "parameters": {"type": "object", "properties": {
-            "email_id": {"type": "string", "description": "Unique id of the email."},
-            "field": {"type": "string", "description": "Which field to return: sender, subject or body."},
-        }, "required": ["email_id", "field"], "additionalProperties": False},
-    }}
+    assert read.spec == {
+        "type": "function",
+        "function": {
+            "name": "email_get_email_information_by_id",
+            "description": "Retrieve one field of an email.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "email_id": {"type": "string", "description": "Unique id of the email."},
+                    "field": {
+                        "type": "string",
+                        "description": "Which field to return: sender, subject or body.",
+                    },
+                },
+                "required": ["email_id", "field"],
+                "additionalProperties": False,
+            },
+        },
+    }
     assert read(email_id="00000002", field="subject", db=Inbox()) == "Lunch"  # still callable
 
 
@@ -135,15 +172,23 @@ def test_tool_decorator_bare_and_with_arguments():
         return db[name]
 
     assert isinstance(ping, Tool) and ping() == "pong" and ping.description == "Check the service is up."
-    assert ping.parameters == {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    assert ping.parameters == {
+        "type": "object",
+        "properties": {},
+        "required": [],
+        "additionalProperties": False,
+    }
     assert find_user.name == "lookup" and find_user.description == "Find a user."
     assert list(find_user.parameters["properties"]) == ["name"]
     assert find_user("ann", {"ann": "ann@x.org"}) == "ann@x.org"
 
 
 def test_overrides_replace_what_is_derived():
-    schema = {"type": "object", "properties": {"when": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"}},
-              "required": ["when"]}
+    schema = {
+        "type": "object",
+        "properties": {"when": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"}},
+        "required": ["when"],
+    }
 
     def day_of_week(when: dt.date) -> str:  # dt.date has no JSON schema: parameters= describes it
         return "Thursday"
@@ -164,7 +209,11 @@ def test_overrides_replace_what_is_derived():
 
 def test_toolbox_lookup_and_specs():
     toolbox = make_toolbox()
-    assert toolbox.names[:3] == ("email_get_email_information_by_id", "email_search_emails", "email_send_email")
+    assert toolbox.names[:3] == (
+        "email_get_email_information_by_id",
+        "email_search_emails",
+        "email_send_email",
+    )
     assert len(toolbox) == 7 and "divide" in toolbox and "nope" not in toolbox
     assert toolbox["divide"].fn is divide and [t.name for t in toolbox] == list(toolbox.names)
     specs = toolbox.specs()
@@ -177,8 +226,11 @@ def test_toolbox_lookup_and_specs():
 def test_toolbox_refuses_bad_tool_sets():
     with pytest.raises(ValueError, match="two tools are named 'divide'"):
         Toolbox([divide, divide])
-    leaky = Tool.from_function(email_send_email, hidden=["db"], parameters={
-        "type": "object", "properties": {"recipient": {"type": "string"}, "db": {}}})
+    leaky = Tool.from_function(
+        email_send_email,
+        hidden=["db"],
+        parameters={"type": "object", "properties": {"recipient": {"type": "string"}, "db": {}}},
+    )
     with pytest.raises(ValueError, match=r"announces hidden parameter\(s\) \['db'\]"):
         Toolbox([leaky])
     with pytest.raises(ValueError, match="'required' must be a list"):
@@ -194,19 +246,35 @@ def test_toolbox_refuses_bad_tool_sets():
 def test_a_call_runs_with_hidden_arguments_from_the_context():
     inbox = Inbox()
     toolbox = make_toolbox()
-    result = call(toolbox, "email_get_email_information_by_id", {"db": inbox}, email_id="00000001", field="sender")
+    result = call(
+        toolbox, "email_get_email_information_by_id", {"db": inbox}, email_id="00000001", field="sender"
+    )
     assert result.ok and result.content == "carlos@atlas.tech" and result.value == "carlos@atlas.tech"
     assert result.error is None and result.seconds >= 0
-    sent = call(toolbox, "email_send_email", {"db": inbox, "other": 1}, recipient="carlos@atlas.tech",
-                subject="Re: Task update", body="Thanks!")
-    assert sent.ok and inbox.sent == [{"recipient": "carlos@atlas.tech", "subject": "Re: Task update",
-                                       "body": "Thanks!"}]
+    sent = call(
+        toolbox,
+        "email_send_email",
+        {"db": inbox, "other": 1},
+        recipient="carlos@atlas.tech",
+        subject="Re: Task update",
+        body="Thanks!",
+    )
+    assert sent.ok and inbox.sent == [
+        {"recipient": "carlos@atlas.tech", "subject": "Re: Task update", "body": "Thanks!"}
+    ]
 
 
 def test_the_policy_cannot_pass_a_hidden_argument():
     inbox = Inbox()
-    result = call(make_toolbox(), "email_send_email", {"db": inbox}, recipient="x@y.z", subject="s", body="b",
-                  db="my own database")
+    result = call(
+        make_toolbox(),
+        "email_send_email",
+        {"db": inbox},
+        recipient="x@y.z",
+        subject="s",
+        body="b",
+        db="my own database",
+    )
     assert not result.ok and inbox.sent == []
     assert result.content.startswith("Error: invalid arguments for email_send_email:")
     assert "unknown argument 'db'" in result.content and result.content == f"Error: {result.error}"
@@ -222,7 +290,9 @@ def test_a_hidden_value_missing_from_the_context_is_the_envs_bug():
 def test_unknown_tool_names_it_and_lists_the_tools():
     result = call(make_toolbox(), "email_search_email", {"db": Inbox()}, query="x")
     assert not result.ok
-    assert result.content.startswith("Error: unknown tool 'email_search_email' (did you mean 'email_search_emails'?)")
+    assert result.content.startswith(
+        "Error: unknown tool 'email_search_email' (did you mean 'email_search_emails'?)"
+    )
     assert "available tools: email_get_email_information_by_id, email_search_emails" in result.content
     huge = call(make_toolbox(), "x" * 10_000)
     assert not huge.ok and len(huge.content) < 1100 and "set_status" in huge.content
@@ -235,7 +305,7 @@ def test_invalid_arguments_list_every_problem():
     assert result.error == (
         "invalid arguments for set_status:\n"
         "- argument 'task_id': expected string, got integer 7\n"
-        "- argument 'status': \"closed\" is not one of \"open\", \"done\"\n"
+        '- argument \'status\': "closed" is not one of "open", "done"\n'
         "- argument 'page': expected integer, got boolean true\n"
         "- unknown argument 'owner'; accepted: task_id, status, page"
     )
@@ -279,8 +349,15 @@ def test_async_tools_run_under_a_timeout():
 def test_return_values_are_rendered_and_long_ones_cut():
     toolbox = make_toolbox()
     found = call(toolbox, "email_search_emails", {"db": Inbox()}, query="lunch")
-    assert found.ok and found.value == [{"email_id": "00000002", "sender": "dana@atlas.tech", "subject": "Lunch",
-                                         "body": "Friday?", "sent": "2023-11-30"}]
+    assert found.ok and found.value == [
+        {
+            "email_id": "00000002",
+            "sender": "dana@atlas.tech",
+            "subject": "Lunch",
+            "body": "Friday?",
+            "sent": "2023-11-30",
+        }
+    ]
     assert json.loads(found.content) == found.value
     assert call(toolbox, "divide", a=1, b=4).content == "0.25"
 
@@ -306,8 +383,11 @@ def test_return_values_are_rendered_and_long_ones_cut():
 
 
 def test_a_sync_call_finishes_without_an_event_loop():
-    for name, arguments, content in [("divide", {"a": 1, "b": 2}, "0.5"), ("nope", {}, "Error: unknown tool"),
-                                     ("divide", {"a": "1"}, "Error: invalid arguments")]:
+    for name, arguments, content in [
+        ("divide", {"a": 1, "b": 2}, "0.5"),
+        ("nope", {}, "Error: unknown tool"),
+        ("divide", {"a": "1"}, "Error: invalid arguments"),
+    ]:
         step = make_toolbox().acall(ToolCall(name, arguments))
         with pytest.raises(StopIteration) as finished:
             step.send(None)
@@ -320,8 +400,10 @@ def test_tool_result_message():
 
 
 def test_parsed_calls_run_end_to_end():
-    text = ('I will search first.\n<tool_call>{"name": "email_search_emails", "arguments": {"query": "task"}}'
-            '</tool_call>\n<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "1"}}</tool_call>')
+    text = (
+        'I will search first.\n<tool_call>{"name": "email_search_emails", "arguments": {"query": "task"}}'
+        '</tool_call>\n<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "1"}}</tool_call>'
+    )
     toolbox, inbox = make_toolbox(), Inbox()
 
     async def run() -> list[ToolResult]:
@@ -336,14 +418,30 @@ def test_parsed_calls_run_end_to_end():
 # ----- with_specs -------------------------------------------------------------------------------
 
 FLAT_SPECS = [
-    {"type": "function", "name": "email_search_emails", "description": "Searches for emails.", "strict": False,
-     "parameters": {"type": "object", "properties": {
-         "query": {"type": "string"}, "page": {"type": "integer", "minimum": 1}},
-         "required": [], "additionalProperties": False}},
-    {"type": "function", "name": "email_get_email_information_by_id",
-     "parameters": {"type": "object", "properties": {
-         "email_id": {"type": "string"}, "field": {"type": "string", "enum": ["sender", "subject", "body"]}},
-         "required": ["email_id"]}},
+    {
+        "type": "function",
+        "name": "email_search_emails",
+        "description": "Searches for emails.",
+        "strict": False,
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "page": {"type": "integer", "minimum": 1}},
+            "required": [],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "type": "function",
+        "name": "email_get_email_information_by_id",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "email_id": {"type": "string"},
+                "field": {"type": "string", "enum": ["sender", "subject", "body"]},
+            },
+            "required": ["email_id"],
+        },
+    },
 ]
 
 
@@ -351,36 +449,66 @@ def test_with_specs_announces_and_validates_with_the_rows_specs():
     toolbox = make_toolbox(max_result_chars=500, timeout_s=3).with_specs(FLAT_SPECS)
     assert toolbox.names == ("email_search_emails", "email_get_email_information_by_id")
     assert toolbox.max_result_chars == 500 and toolbox.timeout_s == 3
-    assert toolbox.specs()[0] == {"type": "function", "function": {
-        "name": "email_search_emails", "description": "Searches for emails.", "parameters": FLAT_SPECS[0]["parameters"]}}
+    assert toolbox.specs()[0] == {
+        "type": "function",
+        "function": {
+            "name": "email_search_emails",
+            "description": "Searches for emails.",
+            "parameters": FLAT_SPECS[0]["parameters"],
+        },
+    }
     assert toolbox["email_get_email_information_by_id"].description == "Retrieve one field of an email."
     inbox = Inbox()
     assert call(toolbox, "email_search_emails", {"db": inbox}, query="lunch", page=1).ok
     zero = call(toolbox, "email_search_emails", {"db": inbox}, query="lunch", page=0)  # the row's own minimum
     assert zero.error == "invalid arguments for email_search_emails:\n- argument 'page': must be >= 1, got 0"
-    field = call(toolbox, "email_get_email_information_by_id", {"db": inbox}, email_id="00000001", field="date")
+    field = call(
+        toolbox, "email_get_email_information_by_id", {"db": inbox}, email_id="00000001", field="date"
+    )
     assert "argument 'field': \"date\" is not one of" in field.error
     # the row forgot that the function needs `field`: still a readable message, not a crash
     forgot = call(toolbox, "email_get_email_information_by_id", {"db": inbox}, email_id="00000001")
     assert forgot.error.endswith("- missing required argument 'field'")
     # the row's schema is open (no additionalProperties), but the function takes no such argument
-    extra = call(toolbox, "email_get_email_information_by_id", {"db": inbox}, email_id="1", field="body", db=1)
+    extra = call(
+        toolbox, "email_get_email_information_by_id", {"db": inbox}, email_id="1", field="body", db=1
+    )
     assert "unknown argument 'db'" in extra.error
     assert not call(toolbox, "divide", a=1, b=2).ok  # not in the row's tool list
 
 
 def test_with_specs_accepts_chat_completions_specs_and_refuses_mismatches():
     toolbox = make_toolbox()
-    nested = toolbox.with_specs([{"type": "function", "function": {"name": "divide", "description": "a / b",
-                                                                   "parameters": {"type": "object", "properties": {
-                                                                       "a": {"type": "number"}}}}}])
+    nested = toolbox.with_specs(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "divide",
+                    "description": "a / b",
+                    "parameters": {"type": "object", "properties": {"a": {"type": "number"}}},
+                },
+            }
+        ]
+    )
     assert nested.names == ("divide",) and nested["divide"].description == "a / b"
     assert call(nested, "divide", a=1).error.endswith("missing required argument 'b'")
     with pytest.raises(ValueError, match="names 'email_delete_email', which this toolbox lacks"):
         toolbox.with_specs([*FLAT_SPECS, {"type": "function", "name": "email_delete_email"}])
-    with pytest.raises(ValueError, match=r"announces parameter\(s\) \['folder'\] that 'email_send_email' does not take"):
-        toolbox.with_specs([{"name": "email_send_email", "parameters": {"type": "object", "properties": {
-            "recipient": {"type": "string"}, "folder": {"type": "string"}}}}])
+    with pytest.raises(
+        ValueError, match=r"announces parameter\(s\) \['folder'\] that 'email_send_email' does not take"
+    ):
+        toolbox.with_specs(
+            [
+                {
+                    "name": "email_send_email",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"recipient": {"type": "string"}, "folder": {"type": "string"}},
+                    },
+                }
+            ]
+        )
 
 
 def test_with_specs_of_the_public_workplace_tools(shared_data: Path):
@@ -401,30 +529,50 @@ def test_with_specs_of_the_public_workplace_tools(shared_data: Path):
 
 # ----- a whole turn: Toolbox.aturn ------------------------------------------------------------------
 
+
 def blocks(*calls: tuple[str, dict[str, Any]]) -> str:
     return "".join(f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>" for n, a in calls)
 
 
 def turn(toolbox: Toolbox, reply: str | Completion, **options: Any) -> ToolTurn:
-    return asyncio.run(toolbox.aturn(reply, {"db": options.pop("db", Inbox())}, **{"max_calls": 4, **options}))
+    return asyncio.run(
+        toolbox.aturn(reply, {"db": options.pop("db", Inbox())}, **{"max_calls": 4, **options})
+    )
 
 
 def test_a_turn_runs_the_calls_of_the_answer_with_the_hidden_context():
     inbox = Inbox()
-    reply = "<think>" + blocks(("email_send_email", {"recipient": "x", "subject": "s", "body": "b"})) + "</think>" + \
-        blocks(("email_send_email", {"recipient": "dana@atlas.tech", "subject": "Hi", "body": "Lunch?"}),
-               ("divide", {"a": 1, "b": 0}))
+    reply = (
+        "<think>"
+        + blocks(("email_send_email", {"recipient": "x", "subject": "s", "body": "b"}))
+        + "</think>"
+        + blocks(
+            ("email_send_email", {"recipient": "dana@atlas.tech", "subject": "Hi", "body": "Lunch?"}),
+            ("divide", {"a": 1, "b": 0}),
+        )
+    )
     done = turn(make_toolbox(), reply, db=inbox)
-    assert [m["content"][:6] for m in done.messages] == ["Email ", "Error:"] and done.messages[0]["name"] == "email_send_email"
+    assert [m["content"][:6] for m in done.messages] == ["Email ", "Error:"] and done.messages[0][
+        "name"
+    ] == "email_send_email"
     assert len(inbox.sent) == 1  # the call inside <think> did not run
-    assert (done.calls, done.errors, done.ended, done.info) == (2, 1, False, {"tool_calls": 2, "tool_errors": 1})
+    assert (done.calls, done.errors, done.ended, done.info) == (
+        2,
+        1,
+        False,
+        {"tool_calls": 2, "tool_errors": 1},
+    )
 
 
 def test_a_reply_without_calls_ends_and_a_cut_one_runs_nothing():
     toolbox = make_toolbox()
     assert turn(toolbox, "The answer is 4.") == ToolTurn(ended=True)
-    assert turn(toolbox, "<think>" + blocks(("divide", {"a": 1, "b": 1}))) == ToolTurn(ended=True)  # never closed
-    assert turn(toolbox, Completion(blocks(("divide", {"a": 1, "b": 1})), finish_reason="length")) == ToolTurn()
+    assert turn(toolbox, "<think>" + blocks(("divide", {"a": 1, "b": 1}))) == ToolTurn(
+        ended=True
+    )  # never closed
+    assert (
+        turn(toolbox, Completion(blocks(("divide", {"a": 1, "b": 1})), finish_reason="length")) == ToolTurn()
+    )
 
 
 def test_a_turn_is_bounded_and_broken_blocks_are_errors_within_the_bound():
@@ -432,9 +580,14 @@ def test_a_turn_is_bounded_and_broken_blocks_are_errors_within_the_bound():
     done = turn(make_toolbox(), reply, max_calls=4)
     assert done.calls == 3 and done.errors == 3 and len(done.messages) == 5
     assert "invalid JSON" in done.messages[3]["content"]
-    assert done.messages[4]["content"] == "Error: only the first 4 tool calls of a reply run; 2 more were not run"
+    assert (
+        done.messages[4]["content"]
+        == "Error: only the first 4 tool calls of a reply run; 2 more were not run"
+    )
     many = turn(make_toolbox(), blocks(*[("divide", {"a": 1, "b": 1})] * 15), max_calls=2)
-    assert many.messages[-1]["content"].endswith("13 more were not run (" + ", ".join(["divide"] * 10) + ", ...)")
+    assert many.messages[-1]["content"].endswith(
+        "13 more were not run (" + ", ".join(["divide"] * 10) + ", ...)"
+    )
 
 
 def test_a_stop_reason_leaves_the_remaining_calls_unrun():
@@ -445,9 +598,15 @@ def test_a_stop_reason_leaves_the_remaining_calls_unrun():
         ran.append(n)
         return n
 
-    done = turn(Toolbox([step]), blocks(*[("step", {"n": n}) for n in range(4)]),
-                stop=lambda: "the episode finished" if 1 in ran else None)
-    assert ran == [0, 1] and done.messages[-1]["content"] == "Error: the episode finished; 2 more were not run (step, step)"
+    done = turn(
+        Toolbox([step]),
+        blocks(*[("step", {"n": n}) for n in range(4)]),
+        stop=lambda: "the episode finished" if 1 in ran else None,
+    )
+    assert (
+        ran == [0, 1]
+        and done.messages[-1]["content"] == "Error: the episode finished; 2 more were not run (step, step)"
+    )
 
 
 def test_drop_nulls_treats_a_null_argument_as_not_given():

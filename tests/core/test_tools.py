@@ -30,7 +30,10 @@ def test_no_calls():
 
 def test_render_accepts_both_tool_layouts():
     flat = {"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}}
-    nested = {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}
+    nested = {
+        "type": "function",
+        "function": {"name": "f", "description": "d", "parameters": {"type": "object"}},
+    }
     assert normalise_tool(flat) == normalise_tool(nested)
     section = render_tools_prompt([flat])
     assert "<tools>" in section and '"name": "f"' in section and "<tool_call>" in section

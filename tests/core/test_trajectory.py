@@ -60,7 +60,9 @@ def test_a_history_that_is_not_a_prefix_falls_back_to_per_turn_sequences_and_say
     class Rewriting(CharTemplatePolicy):
         async def agenerate(self, messages, **kwargs):
             # a template that rewrites earlier assistant turns (e.g. drops their reasoning)
-            rewritten = [{**m, "content": m["content"].upper()} if m["role"] == "assistant" else m for m in messages]
+            rewritten = [
+                {**m, "content": m["content"].upper()} if m["role"] == "assistant" else m for m in messages
+            ]
             return await super().agenerate(rewritten, **kwargs)
 
     with caplog.at_level(logging.WARNING, logger="cascade_envs.rollout"):
@@ -102,8 +104,11 @@ def test_env_settings_override_the_runner_defaults():
     import cascade_envs
 
     cascade_envs.register("toy/LookupToolFast-v0", LookupToolEnv, episode_timeout_s=0.2, max_turns=99)
-    (episode,) = play(CharTemplatePolicy(tool_then_answer(50), delay_s=0.05), env_id="toy/LookupToolFast-v0",
-                      episode_timeout_s=60)
+    (episode,) = play(
+        CharTemplatePolicy(tool_then_answer(50), delay_s=0.05),
+        env_id="toy/LookupToolFast-v0",
+        episode_timeout_s=60,
+    )
     assert episode.truncated and "deadline of 0.2 s" in episode.reward.reason
 
 

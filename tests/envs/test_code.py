@@ -19,8 +19,10 @@ def row(inputs, outputs, fn_name=None, **meta):
     tests = {"inputs": inputs, "outputs": outputs}
     if fn_name:
         tests["fn_name"] = fn_name
-    return {"responses_create_params": {"input": [{"role": "user", "content": "Solve it."}]},
-            "verifier_metadata": {"unit_tests": tests, **meta}}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": "Solve it."}]},
+        "verifier_metadata": {"unit_tests": tests, **meta},
+    }
 
 
 def py(code):
@@ -49,14 +51,19 @@ def score(env, task, text):
 
 # ----- the public rows -------------------------------------------------------------------------
 
+
 def test_reproduces_the_rewards_of_the_public_rollouts(env, shared_data):
     folder = shared_data / "nemo-gym-rows" / "code_gen"
-    rows = {json.dumps(r["responses_create_params"]["input"]): r
-            for r in map(json.loads, (folder / "example.jsonl").read_text().splitlines())}
+    rows = {
+        json.dumps(r["responses_create_params"]["input"]): r
+        for r in map(json.loads, (folder / "example.jsonl").read_text().splitlines())
+    }
     rollouts = [json.loads(line) for line in (folder / "example_rollouts.jsonl").read_text().splitlines()]
     assert rows and rollouts
     for rollout in rollouts:
-        prompt = [{"role": m["role"], "content": m["content"]} for m in rollout["responses_create_params"]["input"]]
+        prompt = [
+            {"role": m["role"], "content": m["content"]} for m in rollout["responses_create_params"]["input"]
+        ]
         task = rows[json.dumps(prompt)]
         reward = score(env, task, rollout["response"]["output"][0]["content"][0]["text"])
         assert not reward.masked and reward.value == rollout["reward"], (reward, rollout["reward"])
@@ -68,6 +75,7 @@ def test_registered_and_loads_the_bundled_samples():
 
 
 # ----- extraction -------------------------------------------------------------------------------
+
 
 def test_last_fenced_block_wins_and_its_language_is_read():
     text = "```python\nprint(1)\n```\nthen\n~~~cpp\nint main(){}\n~~~\nand ```inline``` text"
@@ -88,17 +96,21 @@ def test_no_code_block_scores_zero_with_a_reason(env):
 
 # ----- comparison -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("got", "want", "ok"), [
-    ("1 2\n3\n", "1 2\n3", True),
-    ("  1   2  \n3   \n\n\n", "1 2\n3\n", True),
-    ("1\n\n2\n", "1\n2\n", False),          # blank lines inside the output count
-    ("1.0 1e3\n", "1 1000\n", True),        # exact numeric equality
-    ("0.3333333\n", "0.33333333\n", False),  # no silent float tolerance
-    ("YES\n", "yes\n", False),
-    ("", "\n", True),
-    ("nan\n", "nan\n", True),
-    ("inf\n", "1e999\n", False),
-])
+
+@pytest.mark.parametrize(
+    ("got", "want", "ok"),
+    [
+        ("1 2\n3\n", "1 2\n3", True),
+        ("  1   2  \n3   \n\n\n", "1 2\n3\n", True),
+        ("1\n\n2\n", "1\n2\n", False),  # blank lines inside the output count
+        ("1.0 1e3\n", "1 1000\n", True),  # exact numeric equality
+        ("0.3333333\n", "0.33333333\n", False),  # no silent float tolerance
+        ("YES\n", "yes\n", False),
+        ("", "\n", True),
+        ("nan\n", "nan\n", True),
+        ("inf\n", "1e999\n", False),
+    ],
+)
 def test_output_comparison(got, want, ok):
     assert (compare_output(got, want) is None) is ok
 
@@ -107,10 +119,13 @@ def test_float_tolerance_only_when_the_task_sets_one():
     assert compare_output("0.3333333\n", "0.33333333\n", float_tolerance=1e-6) is None
     assert compare_output("0.34\n", "0.33333333\n", float_tolerance=1e-6) is not None
     assert compare_value(0.1 + 0.2, 0.3) is False and compare_value(0.1 + 0.2, 0.3, 1e-9) is True
-    assert compare_value([1, [2, 3]], [1, [2, 3]]) and not compare_value(1, True) and not compare_value("1", 1)
+    assert (
+        compare_value([1, [2, 3]], [1, [2, 3]]) and not compare_value(1, True) and not compare_value("1", 1)
+    )
 
 
 # ----- Python stdin/stdout ------------------------------------------------------------------------
+
 
 def test_python_verdicts(env):
     good = score(env, SUM, py("a, b = map(int, input().split())\nprint(a + b)"))
@@ -134,7 +149,9 @@ def test_stop_at_first_failure_can_be_turned_off():
     task = row(["1\n", "2\n", "3\n"], ["1\n", "0\n", "3\n"])
     full = CodeEnv(tasks=[task], stop_at_first_failure=False, time_limit_s=2)
     reward = score(full, task, py("print(input())"))
-    assert reward.value == 0 and reward.components["tests_run"] == 3 and reward.components["tests_passed"] == 2
+    assert (
+        reward.value == 0 and reward.components["tests_run"] == 3 and reward.components["tests_passed"] == 2
+    )
     assert reward.reason.startswith("test 2/3")
 
 
@@ -153,7 +170,7 @@ def test_task_limits_override_the_env_defaults():
 
 # ----- C++ -------------------------------------------------------------------------------------
 
-CPP_SUM = "#include <bits/stdc++.h>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<\"\\n\";}"
+CPP_SUM = '#include <bits/stdc++.h>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<"\\n";}'
 
 
 @pytest.mark.slow
@@ -189,13 +206,17 @@ def test_identical_sources_compile_once_when_judged_concurrently(env):
 
 # ----- function calls (LeetCode style) ---------------------------------------------------------
 
-TWO_SUM = row(['[2, 7, 11, 15]\n9', '[3, 2, 4]\n6', '[3, 3]\n6'], ["[0, 1]", "[1, 2]", "[0, 1]"], fn_name="twoSum")
+TWO_SUM = row(
+    ["[2, 7, 11, 15]\n9", "[3, 2, 4]\n6", "[3, 3]\n6"], ["[0, 1]", "[1, 2]", "[0, 1]"], fn_name="twoSum"
+)
 
 
 def test_function_call_tests(env):
-    good = ("class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
-            "        for i, x in enumerate(nums):\n            if target - x in seen:\n"
-            "                return (seen[target - x], i)\n            seen[x] = i\n")
+    good = (
+        "class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
+        "        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+        "                return (seen[target - x], i)\n            seen[x] = i\n"
+    )
     assert score(env, TWO_SUM, py(good)).value == 1  # a tuple is a list
     plain = "def twoSum(nums, target):\n    print('debug output is ignored')\n    return [0, 1]"
     reward = score(env, TWO_SUM, py(plain))
@@ -216,13 +237,17 @@ if len(toks) != 2: print("expected two indices", file=sys.stderr); sys.exit(2)
 i, j = map(int, toks)
 sys.exit(0 if 1 <= i < j <= n and a[i-1] + a[j-1] == s else 1)
 """
-PAIR = row(["4 5\n1 4 2 3\n", "2 9\n1 2\n"], ["1 2\n", "-1\n"], checker={"language": "python", "source": CHECKER})
+PAIR = row(
+    ["4 5\n1 4 2 3\n", "2 9\n1 2\n"], ["1 2\n", "-1\n"], checker={"language": "python", "source": CHECKER}
+)
 
 
 def test_checker_accepts_any_valid_answer(env):
-    other_pair = ("n, s = map(int, input().split()); a = list(map(int, input().split()))\n"
-                  "r = [f'{i+1} {j+1}' for i in range(n) for j in range(i+1, n) if a[i]+a[j] == s]\n"
-                  "print(r[-1] if r else -1)")
+    other_pair = (
+        "n, s = map(int, input().split()); a = list(map(int, input().split()))\n"
+        "r = [f'{i+1} {j+1}' for i in range(n) for j in range(i+1, n) if a[i]+a[j] == s]\n"
+        "print(r[-1] if r else -1)"
+    )
     assert score(env, PAIR, py(other_pair)).value == 1  # "3 4", not the reference's "1 2"
     wrong = score(env, PAIR, py("print('1 3')"))
     assert wrong.value == 0 and "wrong answer (checker)" in wrong.reason
@@ -238,14 +263,17 @@ def test_a_failing_checker_masks_the_reward(env):
 
 
 def test_cpp_checker():
-    source = ('#include <bits/stdc++.h>\nint main(int c, char** v){std::ifstream o(v[2]), a(v[3]);'
-              'long long x, y; o >> x; a >> y; return std::llabs(x - y) <= 1 ? 0 : 1;}')
+    source = (
+        "#include <bits/stdc++.h>\nint main(int c, char** v){std::ifstream o(v[2]), a(v[3]);"
+        "long long x, y; o >> x; a >> y; return std::llabs(x - y) <= 1 ? 0 : 1;}"
+    )
     task = row(["5\n"], ["5\n"], checker={"language": "cpp", "source": source})
     env = CodeEnv(tasks=[task])
     assert score(env, task, py("print(6)")).value == 1 and score(env, task, py("print(7)")).value == 0
 
 
 # ----- bad tasks ---------------------------------------------------------------------------------
+
 
 def test_zero_tests_is_a_masked_error_never_a_pass(env):
     reward = score(env, row([], []), py("print(1)"))
@@ -256,7 +284,9 @@ def test_packed_unit_tests_are_read():
     import base64
     import zlib
 
-    packed = base64.b64encode(zlib.compress(json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]}).encode())).decode()
+    packed = base64.b64encode(
+        zlib.compress(json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]}).encode())
+    ).decode()
     task = {"prompt": "echo", "verifier_metadata": {"unit_tests": {"packed": packed, "fn_name": None}}}
     assert parse_code_task(task).inputs == ("1\n",)
 
@@ -285,7 +315,10 @@ def test_one_env_serves_concurrent_episodes_with_one_judge_and_closes_its_client
     assert env.client is None
 
 
-TASK_FOR_SHARING = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1\n"], "outputs": ["1\n"]}}}
+TASK_FOR_SHARING = {
+    "prompt": "add",
+    "verifier_metadata": {"unit_tests": {"inputs": ["1\n"], "outputs": ["1\n"]}},
+}
 
 
 # ----- a wrong answer stays a plain 0: nothing the program does masks it --------------------------
@@ -299,20 +332,27 @@ def plain_zero(reward):
     return reward.value == 0 and not reward.masked and reward.error is None
 
 
-@pytest.mark.parametrize("printed", ["1e999999999", "-1e999999999", "1e-999999999", "1e99999999999999999999",
-                                     "9" * 5000, "0.5e999999999"])
+@pytest.mark.parametrize(
+    "printed",
+    ["1e999999999", "-1e999999999", "1e-999999999", "1e99999999999999999999", "9" * 5000, "0.5e999999999"],
+)
 def test_numbers_beyond_any_range_are_wrong_answers(env, printed):
     reward = score(env, FLOAT_TASK, py(f"print({printed!r})"))
     assert plain_zero(reward) and "wrong answer" in reward.reason, reward
 
 
-@pytest.mark.parametrize("result", [
-    "10 ** 4000",                                             # an int no float can hold
-    f"os.write(1, b'{MARKER}\\n' + b'[' * 100000 + b']' * 100000 + b'\\n') and os._exit(0)",  # nesting
-    f"os.write(1, b'{MARKER}\\n' + b'9' * 100000 + b'\\n') and os._exit(0)",  # an int too long to read
-])
+@pytest.mark.parametrize(
+    "result",
+    [
+        "10 ** 4000",  # an int no float can hold
+        f"os.write(1, b'{MARKER}\\n' + b'[' * 100000 + b']' * 100000 + b'\\n') and os._exit(0)",  # nesting
+        f"os.write(1, b'{MARKER}\\n' + b'9' * 100000 + b'\\n') and os._exit(0)",  # an int too long to read
+    ],
+)
 def test_function_results_that_cannot_be_compared_are_wrong_answers(env, result):
-    reward = score(env, FLOAT_FN, py(f"import os, sys\nsys.set_int_max_str_digits(0)\ndef half(x):\n    return {result}"))
+    reward = score(
+        env, FLOAT_FN, py(f"import os, sys\nsys.set_int_max_str_digits(0)\ndef half(x):\n    return {result}")
+    )
     assert plain_zero(reward) and ("wrong answer" in reward.reason or "JSON" in reward.reason), reward
 
 

@@ -27,7 +27,24 @@ def test_extraction_is_fast_on_hostile_answers(text):
 
 
 def test_reduced_answer_keeps_the_last_block():
-    pieces = ["```", "````", "~~~", "`", "``", " ", "\t", "\n", "\n", "py", "cpp", "{.py}", "x", "a b", "C++", "\r"]
+    pieces = [
+        "```",
+        "````",
+        "~~~",
+        "`",
+        "``",
+        " ",
+        "\t",
+        "\n",
+        "\n",
+        "py",
+        "cpp",
+        "{.py}",
+        "x",
+        "a b",
+        "C++",
+        "\r",
+    ]
     rng = random.Random(0)
     for _ in range(20_000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 25)))

@@ -16,7 +16,10 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'casc
 # Ray's object store lives in /dev/shm: keep it apart from the tests that measure host shared memory.
 pytestmark = pytest.mark.xdist_group("host-shared-memory")
 
-TASK = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}}}
+TASK = {
+    "prompt": "add",
+    "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}},
+}
 GOOD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 BAD = "```python\nprint(3)\n```"
 

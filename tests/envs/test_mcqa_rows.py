@@ -21,8 +21,13 @@ REGEX = "ANSWER IS\\s*([A-Za-z])"
 
 
 def row(**extra) -> dict:
-    return {"prompt": "Which test detects a known point mutation?", "options": OPTIONS, "expected_answer": "B",
-            "grading_mode": "strict_single_letter_boxed", **extra}
+    return {
+        "prompt": "Which test detects a known point mutation?",
+        "options": OPTIONS,
+        "expected_answer": "B",
+        "grading_mode": "strict_single_letter_boxed",
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +64,7 @@ def test_an_invalid_pattern_in_a_list_is_skipped_and_the_others_decide(env, warn
     assert env.load_task(task).output_regex == [REGEX]
     assert score(env, task, "ANSWER IS b").value == 1.0
     assert score(env, task, "ANSWER IS z").components["extracted_answer"] == "Z"  # trusted, as upstream
-    assert score(env, task, "no marker \\boxed{B}").value == 1.0                  # then the mode
+    assert score(env, task, "no marker \\boxed{B}").value == 1.0  # then the mode
     assert len([r for r in warnings.records if "not a valid regex" in r.getMessage()]) == 2
 
 
@@ -84,15 +89,30 @@ def test_custom_regex_rows_without_options_load_and_trust_the_regex(env, warning
     assert any("without options" in r.getMessage() for r in warnings.records)
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"options": None}, "options"),                                                          # nothing could score
-    ({"options": None, "template_metadata": {"output_regex": ["(bad"]}}, "options"),
-    ({"options": None, "template_metadata": {"output_regex": REGEX}, "expected_answer": "BC"}, "expected_answer"),
-    ({"options": None, "template_metadata": {"output_regex": REGEX}, "expected_answer": None}, "expected_answer"),
-    ({"template_metadata": {"output_regex": {"p": REGEX}}}, "template_metadata.output_regex"),  # upstream crashes
-    ({"template_metadata": {"output_regex": None}}, "template_metadata.output_regex"),
-    ({"options": [{"AB": "x"}], "template_metadata": {"output_regex": REGEX}}, "options"),   # still well-formed
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"options": None}, "options"),  # nothing could score
+        ({"options": None, "template_metadata": {"output_regex": ["(bad"]}}, "options"),
+        (
+            {"options": None, "template_metadata": {"output_regex": REGEX}, "expected_answer": "BC"},
+            "expected_answer",
+        ),
+        (
+            {"options": None, "template_metadata": {"output_regex": REGEX}, "expected_answer": None},
+            "expected_answer",
+        ),
+        (
+            {"template_metadata": {"output_regex": {"p": REGEX}}},
+            "template_metadata.output_regex",
+        ),  # upstream crashes
+        ({"template_metadata": {"output_regex": None}}, "template_metadata.output_regex"),
+        (
+            {"options": [{"AB": "x"}], "template_metadata": {"output_regex": REGEX}},
+            "options",
+        ),  # still well-formed
+    ],
+)
 def test_rows_no_answer_could_win_are_still_refused(env, change, field):
     with pytest.raises(TaskError) as info:
         env.load_task(row(**change))

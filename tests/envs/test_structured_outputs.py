@@ -16,12 +16,18 @@ from cascade_envs.env import run_sync
 from cascade_envs.envs.structured_outputs.env import StructuredOutputEnv
 from cascade_envs.envs.structured_outputs.schema import strictify
 
-PERSON = {"type": "object", "properties": {
-    "name": {"type": "string"},
-    "age": {"type": "integer"},
-    "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": ["string", "null"]}}},
-    "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
-}}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": ["string", "null"]}},
+        },
+        "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
+    },
+}
 GOOD = {"name": "Ada", "age": 36, "address": {"city": "London", "zip": None}, "tags": [{"k": "x"}]}
 
 
@@ -36,6 +42,7 @@ def score(text, task: dict | None = None, env: StructuredOutputEnv | None = None
 
 # ----- strict schemas ---------------------------------------------------------------------------
 
+
 def test_strictify_requires_every_property_and_forbids_others_recursively():
     original = copy.deepcopy(PERSON)
     strict = strictify(PERSON)
@@ -47,9 +54,11 @@ def test_strictify_requires_every_property_and_forbids_others_recursively():
 
 
 def test_strictify_reaches_combinators_and_defs_but_not_property_names():
-    schema = {"$defs": {"p": {"properties": {"a": {}}}},
-              "anyOf": [{"properties": {"b": {}}}, {"type": "null"}],
-              "properties": {"properties": {"type": "string"}}}
+    schema = {
+        "$defs": {"p": {"properties": {"a": {}}}},
+        "anyOf": [{"properties": {"b": {}}}, {"type": "null"}],
+        "properties": {"properties": {"type": "string"}},
+    }
     strict = strictify(schema)
     assert strict["$defs"]["p"]["required"] == ["a"]
     assert strict["anyOf"][0]["additionalProperties"] is False
@@ -64,13 +73,16 @@ def test_valid_document_scores_one():
     assert reward.value == 1.0 and reward.components == {"schema_type": "json", "response_mode": "text"}
 
 
-@pytest.mark.parametrize(("document", "path"), [
-    ({k: v for k, v in GOOD.items() if k != "age"}, "$"),                      # optional made required
-    ({**GOOD, "extra": 1}, "$"),                                               # additional property
-    ({**GOOD, "age": "36"}, "$.age"),                                          # wrong type
-    ({**GOOD, "address": {"city": "London"}}, "$.address"),                    # nested required
-    ({**GOOD, "tags": [{"k": "x", "v": 2}]}, "$.tags[0]"),                      # inside array items
-])
+@pytest.mark.parametrize(
+    ("document", "path"),
+    [
+        ({k: v for k, v in GOOD.items() if k != "age"}, "$"),  # optional made required
+        ({**GOOD, "extra": 1}, "$"),  # additional property
+        ({**GOOD, "age": "36"}, "$.age"),  # wrong type
+        ({**GOOD, "address": {"city": "London"}}, "$.address"),  # nested required
+        ({**GOOD, "tags": [{"k": "x", "v": 2}]}, "$.tags[0]"),  # inside array items
+    ],
+)
 def test_schema_violations_score_zero_with_paths(document, path):
     reward = score(json.dumps(document))
     assert reward.value == 0.0 and not reward.masked
@@ -97,32 +109,72 @@ def test_yaml_toml_and_csv_documents():
     assert score("host: db\nport: '5432'\n", row(schema, schema_type="yaml")).value == 0.0
     assert score('host = "db"\nport = 5432\n', row(schema, schema_type="toml")).value == 1.0
     assert score("host = db", row(schema, schema_type="toml")).components["error_type"] == "parse_error"
-    table = {"type": "array", "items": {"type": "object", "properties": {
-        "city": {"type": "string"}, "pop": {"type": "integer"}, "cap": {"type": "boolean"},
-        "note": {"type": ["integer", "null"]}}}}
+    table = {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "pop": {"type": "integer"},
+                "cap": {"type": "boolean"},
+                "note": {"type": ["integer", "null"]},
+            },
+        },
+    }
     good = "city,pop,cap,note\nOslo,709000,true,\nBergen,291000,0,7\n"
     assert score(good, row(table, schema_type="csv")).value == 1.0
     bad = score("city,pop,cap,note\nOslo,many,true,\n", row(table, schema_type="csv"))
     assert bad.components["errors"] == ["$[0].pop: 'many' is not of type 'integer'"]
 
 
-XML_SCHEMA = {"type": "object", "properties": {"record": {"type": "object", "properties": {
-    "name": {"type": "string"}, "age": {"type": "integer"}, "score": {"type": "number"}, "active": {"type": "boolean"},
-    "nickname": {"type": "string"}, "skills": {"type": "array", "items": {"type": "string"}}}}}}
+XML_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "record": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "age": {"type": "integer"},
+                "score": {"type": "number"},
+                "active": {"type": "boolean"},
+                "nickname": {"type": "string"},
+                "skills": {"type": "array", "items": {"type": "string"}},
+            },
+        }
+    },
+}
 
 
-@pytest.mark.parametrize(("xml", "error_type"), [
-    ("<record><name>Ada</name><age>36</age><score>9.5</score><active>true</active><nickname/>"
-     "<skills><s>math</s><s>code</s></skills></record>", None),
-    ("<record><name>Ada</name><age>36</age><score>9</score><active>0</active><nickname></nickname>"
-     "<skills><s>math</s></skills></record>", None),                                      # one item, "0"
-    ("<record><name>Ada</name><age>thirty</age><score>9</score><active>1</active><nickname/>"
-     "<skills/></record>", "validation_error"),                                           # not an integer
-    ("<record><name>Ada</name><age>36</age><score>9</score><active>1</active><nickname/><skills/>"
-     "<extra>1</extra></record>", "validation_error"),
-    ("<record><name>Ada</name><age>36", "parse_error"),
-    ('<!DOCTYPE r [<!ENTITY e "boom">]><record><name>&e;</name></record>', "parse_error"),  # entities refused
-])
+@pytest.mark.parametrize(
+    ("xml", "error_type"),
+    [
+        (
+            "<record><name>Ada</name><age>36</age><score>9.5</score><active>true</active><nickname/>"
+            "<skills><s>math</s><s>code</s></skills></record>",
+            None,
+        ),
+        (
+            "<record><name>Ada</name><age>36</age><score>9</score><active>0</active><nickname></nickname>"
+            "<skills><s>math</s></skills></record>",
+            None,
+        ),  # one item, "0"
+        (
+            "<record><name>Ada</name><age>thirty</age><score>9</score><active>1</active><nickname/>"
+            "<skills/></record>",
+            "validation_error",
+        ),  # not an integer
+        (
+            "<record><name>Ada</name><age>36</age><score>9</score><active>1</active><nickname/><skills/>"
+            "<extra>1</extra></record>",
+            "validation_error",
+        ),
+        ("<record><name>Ada</name><age>36", "parse_error"),
+        (
+            '<!DOCTYPE r [<!ENTITY e "boom">]><record><name>&e;</name></record>',
+            "parse_error",
+        ),  # entities refused
+    ],
+)
 def test_xml_documents(xml, error_type):
     reward = score(xml, row(XML_SCHEMA, schema_type="xml"))
     assert reward.components.get("error_type") == error_type, reward.reason
@@ -137,30 +189,48 @@ def test_yaml_aliases_are_refused():
 
 # ----- tool-call mode ---------------------------------------------------------------------------
 
-TOOLS = [{"type": "function", "name": "save_person", "parameters": {"type": "object", "properties": {"person": PERSON}}},
-         {"type": "function", "name": "save_city", "parameters": {"type": "object", "properties": {"city": {}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "save_person",
+        "parameters": {"type": "object", "properties": {"person": PERSON}},
+    },
+    {"type": "function", "name": "save_city", "parameters": {"type": "object", "properties": {"city": {}}}},
+]
 
 
 def tool_row(**extra) -> dict:
     params = {"input": [{"role": "user", "content": "Extract the person."}], "tools": TOOLS}
-    return {"responses_create_params": params, "schema_str": json.dumps(PERSON), "response_mode": "tool_call",
-            "tool_name": "save_person", "tool_payload_key": "person", **extra}
+    return {
+        "responses_create_params": params,
+        "schema_str": json.dumps(PERSON),
+        "response_mode": "tool_call",
+        "tool_name": "save_person",
+        "tool_payload_key": "person",
+        **extra,
+    }
 
 
 def call(name: str, arguments) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
-@pytest.mark.parametrize(("text", "error_type"), [
-    (call("save_person", {"person": GOOD}), None),
-    ("Here you go: " + json.dumps(GOOD), "missing_tool_call"),
-    (call("save_person", {"person": GOOD}) * 2, "multiple_tool_calls"),
-    (call("save_person", {"person": GOOD}) + "<tool_call>{oops</tool_call>", "multiple_tool_calls"),
-    (call("save_city", {"person": GOOD}), "wrong_tool_name"),
-    ("<tool_call>{\"name\": \"save_person\", \"arguments\": {bad json}}</tool_call>", "tool_arguments_parse_error"),
-    (call("save_person", GOOD), "missing_tool_payload_key"),
-    (call("save_person", {"person": {**GOOD, "age": 1.5}}), "validation_error"),
-])
+@pytest.mark.parametrize(
+    ("text", "error_type"),
+    [
+        (call("save_person", {"person": GOOD}), None),
+        ("Here you go: " + json.dumps(GOOD), "missing_tool_call"),
+        (call("save_person", {"person": GOOD}) * 2, "multiple_tool_calls"),
+        (call("save_person", {"person": GOOD}) + "<tool_call>{oops</tool_call>", "multiple_tool_calls"),
+        (call("save_city", {"person": GOOD}), "wrong_tool_name"),
+        (
+            '<tool_call>{"name": "save_person", "arguments": {bad json}}</tool_call>',
+            "tool_arguments_parse_error",
+        ),
+        (call("save_person", GOOD), "missing_tool_payload_key"),
+        (call("save_person", {"person": {**GOOD, "age": 1.5}}), "validation_error"),
+    ],
+)
 def test_tool_call_mode(text, error_type):
     reward = score(text, tool_row())
     assert reward.value == (1.0 if error_type is None else 0.0)
@@ -180,6 +250,7 @@ def test_tools_are_announced_in_the_prompt():
 
 # ----- rows -------------------------------------------------------------------------------------
 
+
 def test_schema_given_as_an_object_is_accepted():
     assert score(json.dumps(GOOD), {**row(), "schema_str": PERSON}).value == 1.0
 
@@ -198,9 +269,15 @@ def test_bundled_samples_score_their_reference_and_reject_broken_ones():
 
 # ----- NeMo Gym parity ------------------------------------------------------------------------
 
+
 def rollout_text(rollout: dict) -> str:
-    return "".join(part["text"] for item in rollout["response"]["output"] if item["type"] == "message"
-                   for part in item["content"] if part["type"] == "output_text")
+    return "".join(
+        part["text"]
+        for item in rollout["response"]["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
 
 
 def schema_in_prompt(params: dict) -> str:
@@ -239,8 +316,11 @@ def test_nemo_gym_rollouts_get_their_recorded_rewards(shared_data: Path):
     rewards = []
     for line in (folder / "example_rollouts.jsonl").read_text().splitlines():
         rollout = json.loads(line)
-        task = {"responses_create_params": rollout["responses_create_params"],
-                "schema_str": schema_in_prompt(rollout["responses_create_params"]), "schema_type": "json"}
+        task = {
+            "responses_create_params": rollout["responses_create_params"],
+            "schema_str": schema_in_prompt(rollout["responses_create_params"]),
+            "schema_type": "json",
+        }
         reward = run_sync(env.areward(task, rollout_text(rollout)))
         assert reward.value == rollout["reward"]
         rewards.append(reward.value)
@@ -249,7 +329,8 @@ def test_nemo_gym_rollouts_get_their_recorded_rewards(shared_data: Path):
 
 # ----- bad input --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text", ["\x00" * 100, "[" * 200_000, "{\"a\":" * 100_000])
+
+@pytest.mark.parametrize("text", ["\x00" * 100, "[" * 200_000, '{"a":' * 100_000])
 def test_nul_bytes_and_deeply_nested(text):
     start = time.perf_counter()
     reward = score(text)
@@ -277,11 +358,18 @@ def test_unresolvable_reference_is_a_masked_failure():
 
 
 @settings(max_examples=200, deadline=None)
-@given(document=st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["name", "age", "x"]), inner, max_size=3),
-    max_leaves=12),
-    fmt=st.sampled_from(["json", "yaml", "toml", "csv", "xml"]), mode=st.sampled_from(["text", "tool_call"]))
+@given(
+    document=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(st.sampled_from(["name", "age", "x"]), inner, max_size=3)
+        ),
+        max_leaves=12,
+    ),
+    fmt=st.sampled_from(["json", "yaml", "toml", "csv", "xml"]),
+    mode=st.sampled_from(["text", "tool_call"]),
+)
 def test_random_documents_never_crash(document, fmt, mode):
     text = json.dumps(document) if mode == "text" else call("save_person", {"person": document})
     task = tool_row(schema_type=fmt) if mode == "tool_call" else row(schema_type=fmt)

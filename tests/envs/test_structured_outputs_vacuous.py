@@ -58,11 +58,12 @@ def assert_no_point(reward, text: str, expect: str | None = None) -> None:
         assert reward.components["error_type"] == expect, (text, reward.reason)
 
 
-
 def bundled_rows() -> list[dict[str, Any]]:
     return [t.row for t in make("cascade/StructuredOutput-v0").tasks]
 
+
 # ----- one test per format: the vacuous pass, then a real answer still winning ------------------
+
 
 def test_csv_one_line_reply_is_a_header_without_rows(env):
     task = next(t for t in bundled_rows() if t["schema_type"] == "csv")
@@ -74,10 +75,16 @@ def test_csv_one_line_reply_is_a_header_without_rows(env):
     assert score(env, task, task["reference_response"]).value == 1.0
 
 
-@pytest.mark.parametrize(("text", "error"), [
-    ("city,city,population,is_capital\nX,Canberra,467000,true\n", "the header names column 'city' twice"),
-    ("city,population,is_capital\nCanberra,467000,true,extra\n", "line 2: 4 cells, the header has 3 columns"),
-])
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("city,city,population,is_capital\nX,Canberra,467000,true\n", "the header names column 'city' twice"),
+        (
+            "city,population,is_capital\nCanberra,467000,true,extra\n",
+            "line 2: 4 cells, the header has 3 columns",
+        ),
+    ],
+)
 def test_csv_ambiguous_tables_are_parse_errors(env, text, error):
     task = next(t for t in bundled_rows() if t["schema_type"] == "csv")
     reward = score(env, task, text)
@@ -85,17 +92,25 @@ def test_csv_ambiguous_tables_are_parse_errors(env, text, error):
     assert reward.components["errors"] == [error]
 
 
-OPTIONAL_FIELDS = {"type": "object", "properties": {
-    "notes": {"type": ["string", "null"]}, "tags": {"type": "array", "items": {"type": "string"}},
-    "extra": {"type": "object", "properties": {"who": {"type": ["string", "null"]}}}}}
+OPTIONAL_FIELDS = {
+    "type": "object",
+    "properties": {
+        "notes": {"type": ["string", "null"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "extra": {"type": "object", "properties": {"who": {"type": ["string", "null"]}}},
+    },
+}
 
 
-@pytest.mark.parametrize(("fmt", "text"), [
-    ("json", '{"notes": null, "tags": [], "extra": {"who": null}}'),
-    ("json", '{"notes": "  ", "tags": [""], "extra": {"who": "\\u200b"}}'),     # blank and invisible strings
-    ("yaml", "notes: ~\ntags: []\nextra: {who: null}\n"),
-    ("xml", "<r><notes/><tags/><extra><who/></extra></r>"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [
+        ("json", '{"notes": null, "tags": [], "extra": {"who": null}}'),
+        ("json", '{"notes": "  ", "tags": [""], "extra": {"who": "\\u200b"}}'),  # blank and invisible strings
+        ("yaml", "notes: ~\ntags: []\nextra: {who: null}\n"),
+        ("xml", "<r><notes/><tags/><extra><who/></extra></r>"),
+    ],
+)
 def test_skeletons_of_blank_fields_carry_no_value(env, fmt, text):
     schema = {"type": "object", "properties": {"r": OPTIONAL_FIELDS}} if fmt == "xml" else OPTIONAL_FIELDS
     if fmt == "xml":  # xml leaves are strings: an empty element is "" for strings, [] for arrays
@@ -107,21 +122,34 @@ def test_one_value_is_enough(env):
     task = text_row(OPTIONAL_FIELDS, "json")
     assert score(env, task, '{"notes": "a note", "tags": [], "extra": {"who": null}}').value == 1.0
     assert score(env, task, '{"notes": null, "tags": [], "extra": {"who": "Ada"}}').value == 1.0
-    zero = text_row({"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}}, "json")
+    zero = text_row(
+        {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}}, "json"
+    )
     assert score(env, zero, '{"n": 0, "ok": false}').value == 1.0  # 0 and false are answers, right or wrong
 
 
-@pytest.mark.parametrize(("schema", "fmt", "text"), [
-    ({"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}}, "json", "[]"),
-    ({"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}}, "yaml", "[]"),
-    ({"type": "object"}, "json", "{}"),
-    ({"type": "object"}, "yaml", "{}"),
-    ({"type": "object"}, "toml", "# " + NO_DATA),                              # a comment is an empty table
-    ({"type": "object", "additionalProperties": {"type": "string"}}, "toml", "# nothing"),
-    ({"type": ["object", "null"], "properties": {"a": {"type": "string"}}}, "json", "null"),
-    ({"type": ["object", "null"], "properties": {"a": {"type": "string"}}}, "yaml", "~"),
-    ({"type": "string"}, "json", '""'),
-])
+@pytest.mark.parametrize(
+    ("schema", "fmt", "text"),
+    [
+        (
+            {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}},
+            "json",
+            "[]",
+        ),
+        (
+            {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}},
+            "yaml",
+            "[]",
+        ),
+        ({"type": "object"}, "json", "{}"),
+        ({"type": "object"}, "yaml", "{}"),
+        ({"type": "object"}, "toml", "# " + NO_DATA),  # a comment is an empty table
+        ({"type": "object", "additionalProperties": {"type": "string"}}, "toml", "# nothing"),
+        ({"type": ["object", "null"], "properties": {"a": {"type": "string"}}}, "json", "null"),
+        ({"type": ["object", "null"], "properties": {"a": {"type": "string"}}}, "yaml", "~"),
+        ({"type": "string"}, "json", '""'),
+    ],
+)
 def test_empty_documents_score_zero_in_every_format(env, schema, fmt, text):
     assert_no_point(score(env, text_row(schema, fmt), text), text, "empty_document")
 
@@ -134,7 +162,9 @@ def test_a_sentence_does_not_validate_against_a_typeless_object_schema(env):
     assert score(env, text_row(schema, "yaml"), "name: Ada\n").value == 1.0
     assert strictify(schema)["type"] == "object"
     assert strictify({"items": {"type": "string"}})["type"] == "array"
-    assert "type" not in strictify({"anyOf": [{"type": "null"}], "properties": {"a": {}}})  # a combinator decides
+    assert "type" not in strictify(
+        {"anyOf": [{"type": "null"}], "properties": {"a": {}}}
+    )  # a combinator decides
     assert "type" not in strictify({"enum": [1], "properties": {}})
 
 
@@ -190,6 +220,7 @@ def test_bundled_samples_give_no_point_without_an_answer(env):
 
 # ----- the NeMo Gym rows: their tool calls, and their schemas in every text format ---------------
 
+
 def _types(schema: dict) -> list[str]:
     kind = schema.get("type", "object")
     return [kind] if isinstance(kind, str) else list(kind)
@@ -240,7 +271,9 @@ def test_nemo_gym_tool_calls_with_empty_payloads_score_zero(env, shared_data):
             arguments = {key: payload} if key else payload
             reward = score(env, row, call(row["tool_name"], arguments))
             assert_no_point(reward, str(arguments)[:80])
-            if not strict_validator(row["schema_str"]).is_valid(payload):  # it validates: only the rule stops it
+            if not strict_validator(row["schema_str"]).is_valid(
+                payload
+            ):  # it validates: only the rule stops it
                 continue
             vacuous_before += 1
             assert reward.components["error_type"] == "empty_document"
@@ -265,9 +298,13 @@ def test_nemo_gym_schemas_in_every_text_format(env, shared_data, fmt):
             replies += [",".join(columns), ",".join(columns) + "\n" + ",".join("" for _ in columns)]
         elif fmt in ("json", "yaml"):
             empty = skeleton(schema)
-            replies += [json.dumps(empty), yaml.safe_dump(empty)] if fmt == "json" else [yaml.safe_dump(empty)]
+            replies += (
+                [json.dumps(empty), yaml.safe_dump(empty)] if fmt == "json" else [yaml.safe_dump(empty)]
+            )
         elif fmt == "xml":
-            replies.append("<data>" + "".join(f"<{k}/>" for k in schema["properties"]["data"]["properties"]) + "</data>")
+            replies.append(
+                "<data>" + "".join(f"<{k}/>" for k in schema["properties"]["data"]["properties"]) + "</data>"
+            )
         for text in replies:
             assert_no_point(score(env, task, text), text[:80])
         good = filled(schema)
@@ -283,25 +320,37 @@ def test_nemo_gym_schemas_in_every_text_format(env, shared_data, fmt):
 
 # ----- rows no answer could win are refused at load -------------------------------------------
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {}},
-    {"type": "null"},
-    {"type": "array", "items": {"type": "object", "properties": {}}},
-    {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "array", "maxItems": 0}}},
-    {"const": ""},
-    {"enum": [None, ""]},
-])
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {}},
+        {"type": "null"},
+        {"type": "array", "items": {"type": "object", "properties": {}}},
+        {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "array", "maxItems": 0}}},
+        {"const": ""},
+        {"enum": [None, ""]},
+    ],
+)
 def test_schemas_that_admit_only_empty_documents_are_refused(schema):
     with pytest.raises(TaskError) as info:
         StructuredOutputEnv([]).load_task(text_row(schema, "json"))
     assert info.value.field == "schema_str" and "empty document" in str(info.value)
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object"}, {"type": "array"}, {}, True, {"type": "object", "properties": {"a": {}}},
-    {"anyOf": [{"type": "null"}, {"type": "string"}]}, {"$ref": "#/$defs/x", "$defs": {"x": {"type": "null"}}},
-    {"type": "object", "properties": {"a": {"type": "null"}}, "patternProperties": {"^x": {}}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object"},
+        {"type": "array"},
+        {},
+        True,
+        {"type": "object", "properties": {"a": {}}},
+        {"anyOf": [{"type": "null"}, {"type": "string"}]},
+        {"$ref": "#/$defs/x", "$defs": {"x": {"type": "null"}}},
+        {"type": "object", "properties": {"a": {"type": "null"}}, "patternProperties": {"^x": {}}},
+    ],
+)
 def test_schemas_that_may_carry_a_value_load(schema):
     strict = strict_validator(json.dumps(schema)).schema
     assert not admits_only_empty(strict)
@@ -309,24 +358,35 @@ def test_schemas_that_may_carry_a_value_load(schema):
 
 # ----- the property ------------------------------------------------------------------------------
 
-LENIENT = {"type": "object", "properties": {
-    "a": {"type": ["string", "null"]}, "b": {"type": "array", "items": {"type": ["string", "integer", "null"]}},
-    "c": {"type": ["object", "null"], "properties": {"d": {"type": ["boolean", "null"]}}}}}
+LENIENT = {
+    "type": "object",
+    "properties": {
+        "a": {"type": ["string", "null"]},
+        "b": {"type": "array", "items": {"type": ["string", "integer", "null"]}},
+        "c": {"type": ["object", "null"], "properties": {"d": {"type": ["boolean", "null"]}}},
+    },
+}
 
 leaf = st.none() | st.sampled_from(["", " ", "\u200b", "x"]) | st.booleans() | st.integers(-2, 2)
 
 
 @settings(max_examples=300, deadline=None)
-@given(a=st.none() | st.sampled_from(["", " ", "\t\n", "\ufeff", "x"]), b=st.lists(leaf, max_size=3),
-       c=st.none() | st.fixed_dictionaries({"d": st.none() | st.booleans()}),
-       fmt=st.sampled_from(["json", "yaml"]), mode=st.sampled_from(["text", "tool_call"]))
+@given(
+    a=st.none() | st.sampled_from(["", " ", "\t\n", "\ufeff", "x"]),
+    b=st.lists(leaf, max_size=3),
+    c=st.none() | st.fixed_dictionaries({"d": st.none() | st.booleans()}),
+    fmt=st.sampled_from(["json", "yaml"]),
+    mode=st.sampled_from(["text", "tool_call"]),
+)
 def test_a_winning_document_always_carries_a_value(env, a, b, c, fmt, mode):
     document = {"a": a, "b": b, "c": c}
     if mode == "tool_call":
         task = {**text_row(LENIENT, "json"), "response_mode": "tool_call"}
         reward = score(env, task, call("save", document))
     else:
-        reward = score(env, text_row(LENIENT, fmt), json.dumps(document) if fmt == "json" else yaml.safe_dump(document))
+        reward = score(
+            env, text_row(LENIENT, fmt), json.dumps(document) if fmt == "json" else yaml.safe_dump(document)
+        )
     assert not reward.masked
     if reward.value == 1.0:
         assert has_value(document)

@@ -118,13 +118,19 @@ def test_if_verifier_failures_are_masked(monkeypatch):
 
 # ----- structured outputs -------------------------------------------------------------------------
 
+
 def so_row(schema: dict, schema_type: str = "json") -> dict:
     return {"prompt": "Answer.", "schema_str": json.dumps(schema), "schema_type": schema_type}
 
 
 WORDS = so_row({"type": "object", "properties": {"text": {"type": "string", "pattern": r"^(\w+\s?)*$"}}})
-TABLE = so_row({"type": "array", "items": {"type": "object", "properties": {
-    "name": {"type": "string"}, "age": {"type": "integer"}}}}, "csv")
+TABLE = so_row(
+    {
+        "type": "array",
+        "items": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}},
+    },
+    "csv",
+)
 
 
 @pytest.fixture
@@ -189,8 +195,13 @@ NESTED = r"Final:\s*((?:[A-D]\s?)+)"  # a repeat inside a repeat: no bound, alwa
 
 
 def mcqa_row(regex: str) -> dict:
-    return {"prompt": "Pick one.", "options": [{"A": "yes"}, {"B": "no"}], "expected_answer": "A",
-            "grading_mode": "strict_single_letter_boxed", "template_metadata": {"output_regex": regex}}
+    return {
+        "prompt": "Pick one.",
+        "options": [{"A": "yes"}, {"B": "no"}],
+        "expected_answer": "A",
+        "grading_mode": "strict_single_letter_boxed",
+        "template_metadata": {"output_regex": regex},
+    }
 
 
 @pytest.fixture
@@ -256,11 +267,15 @@ def test_mcqa_size_limit_and_linear_builtin_modes():
 
 # ----- closing ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("make_env", "task", "answer"), [
-    (lambda: InstructionFollowingEnv([], workers=1), IF_ROW, "A sentence. " * 100),
-    (lambda: StructuredOutputEnv([], workers=1), WORDS, json.dumps({"text": "hi there"})),
-    (lambda: MCQAEnv([], workers=1), mcqa_row(NESTED), "Final: A"),
-])
+
+@pytest.mark.parametrize(
+    ("make_env", "task", "answer"),
+    [
+        (lambda: InstructionFollowingEnv([], workers=1), IF_ROW, "A sentence. " * 100),
+        (lambda: StructuredOutputEnv([], workers=1), WORDS, json.dumps({"text": "hi there"})),
+        (lambda: MCQAEnv([], workers=1), mcqa_row(NESTED), "Final: A"),
+    ],
+)
 def test_aclose_stops_the_env_pool(make_env, task, answer):
     env = make_env()
     assert timed(env, task, answer)[0].value == 1.0

@@ -45,15 +45,19 @@ def test_registered_name_makes_one_shared_model_and_replies_within_the_cap(regis
     assert first.policy is second.policy  # loaded once per process and model
 
     async def ask() -> list[str]:
-        return [await first.acomplete(MESSAGES, max_tokens=1000, temperature=1.0),
-                await second.acomplete(MESSAGES, max_tokens=3)]
+        return [
+            await first.acomplete(MESSAGES, max_tokens=1000, temperature=1.0),
+            await second.acomplete(MESSAGES, max_tokens=3),
+        ]
 
     long, short = run_sync(ask())
     tokenizer = first.policy.tokenizer
     assert isinstance(long, str) and len(tokenizer(long)["input_ids"]) <= first.max_tokens == 64
     assert len(tokenizer(short)["input_ids"]) <= 3
     run_sync(first.aclose())
-    assert isinstance(run_sync(second.acomplete(MESSAGES, max_tokens=2)), str)  # closing one closes nothing shared
+    assert isinstance(
+        run_sync(second.acomplete(MESSAGES, max_tokens=2)), str
+    )  # closing one closes nothing shared
 
 
 def test_reasoning_is_split_off_and_an_unclosed_think_block_is_an_error(monkeypatch):

@@ -43,7 +43,9 @@ def test_reply_text_and_request_body(monkeypatch):
     with ScriptedChatServer([Step("VERDICT: yes")]) as server:
         reply = run(fast(server.url), lambda j: ask(j, max_tokens=64, temperature=0.6, top_p=0.95))
     assert reply == "VERDICT: yes"
-    assert server.requests == [{"model": "judge", "messages": ASK, "max_tokens": 64, "temperature": 0.6, "top_p": 0.95}]
+    assert server.requests == [
+        {"model": "judge", "messages": ASK, "max_tokens": 64, "temperature": 0.6, "top_p": 0.95}
+    ]
     assert "Authorization" not in server.headers[0]
 
 
@@ -106,13 +108,19 @@ def test_a_timeout_then_a_reply_succeeds():
 
 
 def test_a_4xx_is_not_retried():
-    with ScriptedChatServer(default=Step(status=400)) as server, pytest.raises(JudgeError, match=r"HTTP 400.*after 1 attempt\)"):
+    with (
+        ScriptedChatServer(default=Step(status=400)) as server,
+        pytest.raises(JudgeError, match=r"HTTP 400.*after 1 attempt\)"),
+    ):
         run(fast(server.url), ask)
     assert len(server.requests) == 1
 
 
 def test_a_body_that_is_not_json_is_retried_then_fails():
-    with ScriptedChatServer(default=Step(raw=b"<html>gateway</html>")) as server, pytest.raises(JudgeError, match="malformed JSON"):
+    with (
+        ScriptedChatServer(default=Step(raw=b"<html>gateway</html>")) as server,
+        pytest.raises(JudgeError, match="malformed JSON"),
+    ):
         run(fast(server.url, max_retries=1), ask)
     assert len(server.requests) == 2
 
@@ -122,15 +130,18 @@ def test_a_body_that_is_not_json_then_a_good_one():
         assert run(fast(server.url), ask) == "fine"
 
 
-@pytest.mark.parametrize(("body", "problem"), [
-    ({"object": "chat.completion"}, "no choices"),
-    ({"choices": []}, "no choices"),
-    ({"choices": [{"index": 0}]}, "has no message"),
-    (completion(None), "content is missing"),
-    (completion(None, reasoning_content="The answer is right. VERDICT: yes"), "content is missing"),
-    (completion(["VERDICT: yes"]), "content is a list"),
-    ([1, 2], "not an object"),
-])
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"object": "chat.completion"}, "no choices"),
+        ({"choices": []}, "no choices"),
+        ({"choices": [{"index": 0}]}, "has no message"),
+        (completion(None), "content is missing"),
+        (completion(None, reasoning_content="The answer is right. VERDICT: yes"), "content is missing"),
+        (completion(["VERDICT: yes"]), "content is a list"),
+        ([1, 2], "not an object"),
+    ],
+)
 def test_a_reply_without_text_is_a_judge_error(body, problem):
     with ScriptedChatServer([Step(body=body)]) as server, pytest.raises(JudgeError, match=problem):
         run(fast(server.url), ask)
@@ -155,7 +166,10 @@ def test_the_model_is_asked_once_when_not_given():
 
 
 def test_several_served_models_need_a_model_name():
-    with ScriptedChatServer(models=("a", "b")) as server, pytest.raises(JudgeError, match=r"serves 2 models \(a, b\): pass judge_model="):
+    with (
+        ScriptedChatServer(models=("a", "b")) as server,
+        pytest.raises(JudgeError, match=r"serves 2 models \(a, b\): pass judge_model="),
+    ):
         run(lambda: HTTPJudge(server.url, timeout_s=5.0), ask)
     assert server.requests == []
     with pytest.raises(JudgeError, match="serves 0 models"):
@@ -179,6 +193,7 @@ def test_calls_spread_over_urls_least_busy_first():
     for server in servers:
         server.__enter__()
     try:
+
         async def burst(j: HTTPJudge) -> list[str]:
             return await asyncio.gather(*(ask(j) for _ in range(24)))
 

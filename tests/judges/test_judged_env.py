@@ -56,8 +56,13 @@ class VerdictEnv(JudgedEnv[VerdictTask]):
         return VerdictTask(prompt, row["reference"])
 
     async def ascore(self, task: VerdictTask, answer: str) -> Reward:
-        ask = [{"role": "user", "content": f"Reference: {task.reference}\nResponse: {answer}\n"
-                                           "Does the response match the reference? End with 'VERDICT: yes' or 'VERDICT: no'."}]
+        ask = [
+            {
+                "role": "user",
+                "content": f"Reference: {task.reference}\nResponse: {answer}\n"
+                "Does the response match the reference? End with 'VERDICT: yes' or 'VERDICT: no'.",
+            }
+        ]
         try:
             matches = await self.ajudge(ask, parse_verdict)
         except JudgeError as exc:
@@ -87,7 +92,9 @@ def registered_judge() -> Iterator[str]:
     name = "test/recording-judge"
     judges.ensure_loaded()
     # as a plugin's hook registers it: by "module:Attr", imported when first made
-    judges.register(name, Spec(name, f"{__name__}:RegisteredJudge", {"script": "VERDICT: no"}, plugin="<test>"))
+    judges.register(
+        name, Spec(name, f"{__name__}:RegisteredJudge", {"script": "VERDICT: no"}, plugin="<test>")
+    )
     try:
         yield name
     finally:
@@ -107,10 +114,13 @@ def score(env: VerdictEnv, answer: str) -> Reward:
 # ----- rewards through a real chat-completions server ----------------------------------------
 
 
-@pytest.mark.parametrize(("reply", "value", "masked"), [
-    ("The response says 4, as does the reference.\nVERDICT: yes", 1.0, False),
-    ("The response says 5; the reference says 4.\nVERDICT: no", 0.0, False),
-])
+@pytest.mark.parametrize(
+    ("reply", "value", "masked"),
+    [
+        ("The response says 4, as does the reference.\nVERDICT: yes", 1.0, False),
+        ("The response says 5; the reference says 4.\nVERDICT: no", 0.0, False),
+    ],
+)
 def test_judge_verdicts_become_rewards(reply, value, masked):
     with ScriptedChatServer([Step(reply)]) as server:
         reward = score(VerdictEnv(judge_url=server.url, judge_model="judge"), "4")
@@ -207,9 +217,16 @@ def test_aclose_closes_the_judge():
 
 
 def test_urls_make_an_http_judge_without_touching_the_network():
-    judge = make_judge("http://127.0.0.1:1/v1", model="m", concurrency=5, timeout_s=9.0)  # nothing listens on :1
+    judge = make_judge(
+        "http://127.0.0.1:1/v1", model="m", concurrency=5, timeout_s=9.0
+    )  # nothing listens on :1
     assert isinstance(judge, HTTPJudge) and isinstance(judge, Judge)
-    assert (judge.urls, judge.model, judge.concurrency, judge.timeout_s) == (["http://127.0.0.1:1/v1"], "m", 5, 9.0)
+    assert (judge.urls, judge.model, judge.concurrency, judge.timeout_s) == (
+        ["http://127.0.0.1:1/v1"],
+        "m",
+        5,
+        9.0,
+    )
 
     def urls(source: str | list[str]) -> list[str]:
         judge = make_judge(source)
@@ -234,7 +251,9 @@ def test_a_registered_judge_by_name(registered_judge):
 
 
 def test_an_unknown_judge_name_suggests_the_close_ones(registered_judge):
-    with pytest.raises(UnknownIdError, match="unknown judge 'test/recording-judg'; did you mean 'test/recording-judge'"):
+    with pytest.raises(
+        UnknownIdError, match="unknown judge 'test/recording-judg'; did you mean 'test/recording-judge'"
+    ):
         make_judge("test/recording-judg")
 
 
@@ -290,24 +309,59 @@ def _tasks(tmp_path) -> str:
 
 
 def test_eval_without_a_judge_says_how_to_start_one(verdict_env_id, chat_server, tmp_path, capsys):
-    code = main(["eval", "--env", verdict_env_id, "--tasks", _tasks(tmp_path), "--policy", chat_server.url,
-                 "--model", "echo-answer", "--no-progress", "-o", str(tmp_path / "out.jsonl")])
+    code = main(
+        [
+            "eval",
+            "--env",
+            verdict_env_id,
+            "--tasks",
+            _tasks(tmp_path),
+            "--policy",
+            chat_server.url,
+            "--model",
+            "echo-answer",
+            "--no-progress",
+            "-o",
+            str(tmp_path / "out.jsonl"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("cascade-envs: error: VerdictEnv needs an LLM judge: start one with `cascade-envs serve-judge`")
+    assert err.startswith(
+        "cascade-envs: error: VerdictEnv needs an LLM judge: start one with `cascade-envs serve-judge`"
+    )
     assert err.rstrip().endswith("then add --judge-url http://127.0.0.1:8011/v1")
 
 
 def test_eval_with_a_judge_url(verdict_env_id, chat_server, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(JUDGE_MODEL_ENV, "judge")
     with ScriptedChatServer([Step("VERDICT: yes"), Step("VERDICT: no"), Step("no idea")]) as judge:
-        code = main(["eval", "--env", verdict_env_id, "--tasks", _tasks(tmp_path), "--policy", chat_server.url,
-                     "--model", "echo-answer", "--no-progress", "-o", str(tmp_path / "out.jsonl"),
-                     "--judge-url", judge.url])
+        code = main(
+            [
+                "eval",
+                "--env",
+                verdict_env_id,
+                "--tasks",
+                _tasks(tmp_path),
+                "--policy",
+                chat_server.url,
+                "--model",
+                "echo-answer",
+                "--no-progress",
+                "-o",
+                str(tmp_path / "out.jsonl"),
+                "--judge-url",
+                judge.url,
+            ]
+        )
     assert code == 0, capsys.readouterr()
     assert len(judge.requests) == 3
-    assert sorted(r["messages"][0]["content"].split("Response: ")[1][0] for r in judge.requests) == ["0", "1", "2"]
+    assert sorted(r["messages"][0]["content"].split("Response: ")[1][0] for r in judge.requests) == [
+        "0",
+        "1",
+        "2",
+    ]
     rewards = [json.loads(line)["reward_info"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert sorted((r["value"], r["masked"]) for r in rewards) == [(0.0, False), (0.0, True), (1.0, False)]
 
@@ -318,8 +372,9 @@ def test_concurrent_ajudge_calls_share_one_judge():
 
         async def many() -> list[bool]:
             try:
-                return await asyncio.gather(*(env.ajudge([{"role": "user", "content": str(i)}], parse_verdict)
-                                              for i in range(16)))
+                return await asyncio.gather(
+                    *(env.ajudge([{"role": "user", "content": str(i)}], parse_verdict) for i in range(16))
+                )
             finally:
                 await env.aclose()
 

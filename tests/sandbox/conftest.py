@@ -28,7 +28,9 @@ def sandbox(request):
 
 @pytest.fixture
 def bwrap():
-    return backend_or_skip("bwrap", timeout_s=3, memory_mb=256, output_limit_mb=1, file_mb=8, nproc=32, workdir_mb=16)
+    return backend_or_skip(
+        "bwrap", timeout_s=3, memory_mb=256, output_limit_mb=1, file_mb=8, nproc=32, workdir_mb=16
+    )
 
 
 def host_pids_of(uid: int, name: str, marker: str | None = None) -> list[int]:
@@ -41,7 +43,10 @@ def host_pids_of(uid: int, name: str, marker: str | None = None) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.stat(f"/proc/{entry}").st_uid != uid or Path(f"/proc/{entry}/comm").read_text().strip() != name:
+                if (
+                    os.stat(f"/proc/{entry}").st_uid != uid
+                    or Path(f"/proc/{entry}/comm").read_text().strip() != name
+                ):
                     continue
                 if marker is None or marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
                     pids.append(int(entry))

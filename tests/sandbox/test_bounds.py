@@ -96,11 +96,23 @@ def healthy(session) -> None:
 
 # ----- memory written anywhere is capped and counted ---------------------------------------------
 
+
 def test_writes_anywhere_are_capped_by_the_sessions_memory():
     """1.5 GB written to /, /dev, /dev/shm, /tmp, the work dir...: the host holds at most memory_mb of it."""
-    sb = backend_or_skip("bwrap", memory_mb=256, file_mb=4096, timeout_s=30)  # caps: work 128, /tmp 64, shm 64
-    targets = ["/fill", "/dev/fill", "/dev/shm/fill", "/tmp/fill", "fill", "/var/tmp/fill", "/usr/fill",
-               "/proc/fill", "/sandbox/sub/fill"]
+    sb = backend_or_skip(
+        "bwrap", memory_mb=256, file_mb=4096, timeout_s=30
+    )  # caps: work 128, /tmp 64, shm 64
+    targets = [
+        "/fill",
+        "/dev/fill",
+        "/dev/shm/fill",
+        "/tmp/fill",
+        "fill",
+        "/var/tmp/fill",
+        "/usr/fill",
+        "/proc/fill",
+        "/sandbox/sub/fill",
+    ]
     before = shmem_mb()
     session = sb.session(files={"fill.py": FILL})
     try:
@@ -149,9 +161,11 @@ def test_memory_limit_bounds_all_of_a_commands_processes_together(sandbox):
     """Eight processes of 100 MB each, every one under its own 256 MB address-space limit."""
     if sandbox.name == "local" and not sandbox.namespaces:
         pytest.skip("needs the agent to be PID 1")
-    forks = ("import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n"
-             "        block = b'x' * (100 << 20)\n        time.sleep(3)\n        os._exit(0)\n"
-             "time.sleep(2)\nprint('all resident')")
+    forks = (
+        "import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n"
+        "        block = b'x' * (100 << 20)\n        time.sleep(3)\n        os._exit(0)\n"
+        "time.sleep(2)\nprint('all resident')"
+    )
     start = time.monotonic()
     res = sandbox.run([PY, "forks.py"], files={"forks.py": forks}, timeout_s=10)  # memory_mb=256
     assert res.killed_by == "memory" and b"all resident" not in res.stdout, res
@@ -179,6 +193,7 @@ def test_system_v_objects_are_counted_and_removed_after_each_command(kind):
 
 # ----- the default backend is bwrap or a refusal, never a silent downgrade -----------------------
 
+
 def test_without_bubblewrap_the_default_is_a_one_line_refusal(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # a plain `pip install`: no bwrap on PATH
     with pytest.raises(SandboxError) as info:
@@ -191,10 +206,12 @@ def test_without_bubblewrap_the_default_is_a_one_line_refusal(monkeypatch, tmp_p
 
 def test_the_chosen_backend_is_logged_once_per_run():
     backend_or_skip("bwrap")
-    code = ("import logging; logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
-            "from cascade_envs.sandbox import get_sandbox\n"
-            "for _ in range(3): get_sandbox()\n"
-            "for _ in range(2): get_sandbox('local')\n")
+    code = (
+        "import logging; logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
+        "from cascade_envs.sandbox import get_sandbox\n"
+        "for _ in range(3): get_sandbox()\n"
+        "for _ in range(2): get_sandbox('local')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     lines = [line for line in done.stderr.splitlines() if "sandbox backend" in line]
     assert len(lines) == 2, done.stderr
@@ -218,20 +235,24 @@ PROTECTED_ONLY = {
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "if libc.ptrace(16, os.getppid(), None, None) != 0:  # PTRACE_ATTACH\n"
         "    raise OSError(ctypes.get_errno(), 'attach refused')\n"
-        "time.sleep(30)"),
+        "time.sleep(30)"
+    ),
     "write into the agent's pipes": (
         "for fd in os.listdir('/proc/1/fd'):\n"
         "    try:\n"
         "        with open(f'/proc/1/fd/{fd}', 'wb', buffering=0) as fh: fh.write(bytes([7]) * 64)\n"
         "    except OSError as exc:\n"
-        "        print(fd, exc)"),
+        "        print(fd, exc)"
+    ),
 }
 
 
 def attack(source: str) -> str:
     body = "\n".join("    " + line for line in source.splitlines())
-    return f"import os, signal, time\ntry:\n{body}\nexcept OSError as exc:\n    print('refused', exc)\n" \
-           "time.sleep(0.2)\nprint('alive')"
+    return (
+        f"import os, signal, time\ntry:\n{body}\nexcept OSError as exc:\n    print('refused', exc)\n"
+        "time.sleep(0.2)\nprint('alive')"
+    )
 
 
 @pytest.mark.parametrize("name", sorted({**ATTACKS, **PROTECTED_ONLY}))
@@ -276,13 +297,16 @@ def test_where_the_program_can_kill_its_agent_doing_so_is_its_own_failure(unprot
 
 def test_stopping_the_agent_is_the_programs_failure_too(unprotected):
     start = time.monotonic()
-    res = unprotected.run([PY, "-c", "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"], timeout_s=0.5)
+    res = unprotected.run(
+        [PY, "-c", "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"], timeout_s=0.5
+    )
     assert res.killed_by == "agent_killed" and "stopped the sandbox agent" in res.error, res
     assert time.monotonic() - start < 15
 
 
 def test_a_sandbox_lost_for_reasons_of_its_own_still_says_so(bwrap):
     """The host loses the agent under a command (e.g. the OOM killer): infrastructure, not the program."""
+
     async def go():
         async with await bwrap.asession() as s:
             run = asyncio.create_task(s.arun(["sleep", "2"]))

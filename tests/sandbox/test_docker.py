@@ -45,12 +45,16 @@ def left(marker: str) -> list:
 
 # ----- images: missing, malformed, unusable -------------------------------------------------------
 
+
 def test_a_missing_image_raises_at_start_naming_how_to_get_it_and_is_never_pulled():
     marker = unique_marker()
     sandbox = labelled(marker, image="cascade-no-such-image:1")
     start = time.monotonic()
-    with pytest.raises(SandboxError, match=r"docker image 'cascade-no-such-image:1' is not here: images are never "
-                                           r"pulled here.*docker pull cascade-no-such-image:1"):
+    with pytest.raises(
+        SandboxError,
+        match=r"docker image 'cascade-no-such-image:1' is not here: images are never "
+        r"pulled here.*docker pull cascade-no-such-image:1",
+    ):
         sandbox.run(["python3", "-c", "print(1 + 1)"])  # never an empty result read as the program's output
     assert time.monotonic() - start < 10 and left(marker) == []
     with pytest.raises(Exception, match=r"No such image|not found"):
@@ -66,14 +70,28 @@ def test_the_code_env_masks_a_sample_whose_image_is_missing_with_that_reason():
     backend_or_skip("docker")
     env = CodeEnv(tasks=[SUM], sandbox=DockerSandbox(image="cascade-no-such-image:1"))
     reward = asyncio.run(env.areward(env.load_task(SUM), "```python\nprint(3)\n```"))
-    assert reward.masked and "cascade-no-such-image:1" in reward.error and "docker pull" in reward.error, reward
+    assert reward.masked and "cascade-no-such-image:1" in reward.error and "docker pull" in reward.error, (
+        reward
+    )
 
 
 SUM = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]}}}
 
 
-@pytest.mark.parametrize("name", ["img; touch /tmp/cascade-pwned", "$(touch /tmp/cascade-pwned)", "a b", "`id`",
-                                  "--privileged", "Upper:1", "x:y:z", "../etc/passwd", "img\nrm -rf /"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "img; touch /tmp/cascade-pwned",
+        "$(touch /tmp/cascade-pwned)",
+        "a b",
+        "`id`",
+        "--privileged",
+        "Upper:1",
+        "x:y:z",
+        "../etc/passwd",
+        "img\nrm -rf /",
+    ],
+)
 def test_image_names_with_shell_metacharacters_are_refused_before_any_call(name):
     backend_or_skip("docker")
     with pytest.raises(SandboxError, match="is not a valid docker image name"):
@@ -86,7 +104,9 @@ def test_image_names_with_shell_metacharacters_are_refused_before_any_call(name)
     from cascade_envs.core import TaskError
     from cascade_envs.envs.swe.task import read_task
 
-    with pytest.raises(TaskError, match="expected a docker image name") as info:  # a SWE row naming it: a bad row
+    with pytest.raises(
+        TaskError, match="expected a docker image name"
+    ) as info:  # a SWE row naming it: a bad row
         read_task({"problem_statement": "x", "FAIL_TO_PASS": ["t"], "docker_image": name})
     assert info.value.field == "docker_image"
 
@@ -94,8 +114,14 @@ def test_image_names_with_shell_metacharacters_are_refused_before_any_call(name)
 def test_an_image_without_python3_is_a_clear_error_with_nothing_left():
     marker = unique_marker()
     sandbox = labelled(marker)
-    image = images.build_tree(images.client(), "scratch", "cascade-test-no-python:1", {"hello.txt": (b"hi", 0o644)},
-                              "/data", key="no-python-1")
+    image = images.build_tree(
+        images.client(),
+        "scratch",
+        "cascade-test-no-python:1",
+        {"hello.txt": (b"hi", 0o644)},
+        "/data",
+        key="no-python-1",
+    )
     with pytest.raises(SandboxError, match=r"the image 'cascade-test-no-python:1' has no python3"):
         asyncio.run(sandbox.asession(workspace=Workspace(workdir="/data", image=image)))
     time.sleep(0.5)
@@ -122,13 +148,25 @@ def test_a_full_disk_is_a_plain_error_of_the_program_and_the_container_lives_on(
     from tests.sandbox.test_bounds import shmem_mb
 
     marker = unique_marker()
-    sandbox = labelled(marker, memory_mb=1024, file_mb=4096, timeout_s=30, workdir_mb=96, tmp_mb=48, shm_mb=32)
+    sandbox = labelled(
+        marker, memory_mb=1024, file_mb=4096, timeout_s=30, workdir_mb=96, tmp_mb=48, shm_mb=32
+    )
     before = shmem_mb()
 
     async def go():
         async with await sandbox.asession(files={"fill.py": FILL}) as s:
-            out = {t: (await s.arun([PY, "fill.py", t])).text.split() for t in
-                   ("/fill", "/usr/fill", "/etc/fill", "/var/fill", "/dev/shm/fill", "/tmp/fill", "fill")}
+            out = {
+                t: (await s.arun([PY, "fill.py", t])).text.split()
+                for t in (
+                    "/fill",
+                    "/usr/fill",
+                    "/etc/fill",
+                    "/var/fill",
+                    "/dev/shm/fill",
+                    "/tmp/fill",
+                    "fill",
+                )
+            }
             grown = shmem_mb() - before
             return out, grown, await s.arun([PY, "-c", "print(45)"])
 
@@ -145,11 +183,20 @@ def test_a_full_disk_is_a_plain_error_of_the_program_and_the_container_lives_on(
 def test_running_the_container_out_of_memory_kills_the_program_never_the_agent():
     """Eight processes of 100 MB in a container of 448 MB, under the command's own limit (1 GB): the kernel's
     OOM killer takes the program's processes, never the agent; the session lives on."""
-    sandbox = labelled(unique_marker(), container_memory_mb=448, workdir_mb=128, tmp_mb=64, shm_mb=64,
-                       timeout_s=20, memory_mb=1024)
-    forks = ("import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n"
-             "        block = b'x' * (100 << 20)\n        time.sleep(3)\n        os._exit(0)\n"
-             "print(sorted(os.wait()[1] for _ in range(8)))")
+    sandbox = labelled(
+        unique_marker(),
+        container_memory_mb=448,
+        workdir_mb=128,
+        tmp_mb=64,
+        shm_mb=64,
+        timeout_s=20,
+        memory_mb=1024,
+    )
+    forks = (
+        "import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n"
+        "        block = b'x' * (100 << 20)\n        time.sleep(3)\n        os._exit(0)\n"
+        "print(sorted(os.wait()[1] for _ in range(8)))"
+    )
 
     async def go():
         async with await sandbox.asession(files={"forks.py": forks}) as s:
@@ -163,6 +210,7 @@ def test_running_the_container_out_of_memory_kills_the_program_never_the_agent()
 
 
 # ----- losses: the agent killed, the host process killed, the daemon stopped ------------------------
+
 
 def test_a_container_killed_from_outside_is_a_lost_sandbox_and_is_removed():
     marker = unique_marker()
@@ -188,7 +236,9 @@ def test_a_start_cancelled_at_any_point_leaves_no_container():
 
     async def go():
         for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8):
-            start = asyncio.create_task(sandbox.asession(workspace=Workspace(workdir="/opt", image=images.SANDBOX_IMAGE)))
+            start = asyncio.create_task(
+                sandbox.asession(workspace=Workspace(workdir="/opt", image=images.SANDBOX_IMAGE))
+            )
             await asyncio.sleep(delay)
             start.cancel()
             try:
@@ -299,6 +349,7 @@ def test_a_daemon_that_stops_mid_command_loses_the_session_and_then_refuses_clea
 
 # ----- cascade-envs build-image ----------------------------------------------------------------------
 
+
 def test_build_image_keeps_what_is_there_and_builds_swe_instance_images(tmp_path):
     import json
 
@@ -306,21 +357,32 @@ def test_build_image_keeps_what_is_there_and_builds_swe_instance_images(tmp_path
     docker_support.require("swe-base")
     (tmp_path / "repo" / "calc").mkdir(parents=True)
     (tmp_path / "repo" / "calc" / "__init__.py").write_text("def add(a, b):\n    return a - b\n")
-    row = {"instance_id": f"cli__calc-{unique_marker().replace('.', '')}", "problem_statement": "add subtracts",
-           "FAIL_TO_PASS": ["tests.test_calc.T.test_add"], "repo_snapshot": str(tmp_path / "repo")}
+    row = {
+        "instance_id": f"cli__calc-{unique_marker().replace('.', '')}",
+        "problem_statement": "add subtracts",
+        "FAIL_TO_PASS": ["tests.test_calc.T.test_add"],
+        "repo_snapshot": str(tmp_path / "repo"),
+    }
     tasks = tmp_path / "rows.jsonl"
     tasks.write_text(json.dumps(row) + "\n")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "cascade_envs", "build-image", *args], capture_output=True,
-                              text=True, timeout=300, env={**os.environ, "CASCADE_ENVS_IMAGE_CACHE": str(docker_support.CACHE)})
+        return subprocess.run(
+            [sys.executable, "-m", "cascade_envs", "build-image", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "CASCADE_ENVS_IMAGE_CACHE": str(docker_support.CACHE)},
+        )
 
     kept = cli("sandbox")
     assert kept.returncode == 0 and kept.stdout.strip() == f"{images.SANDBOX_IMAGE}: present", kept
     first, second = cli("swe", "--tasks", str(tasks)), cli("swe", "--tasks", str(tasks))
     assert first.returncode == 0 and second.returncode == 0, (first, second)
     name = first.stdout.split()[-2].rstrip(":")
-    assert name.startswith(images.SWE_IMAGE_PREFIX + "cli-calc-") and first.stdout.endswith(": built\n"), first
+    assert name.startswith(images.SWE_IMAGE_PREFIX + "cli-calc-") and first.stdout.endswith(": built\n"), (
+        first
+    )
     assert second.stdout.endswith(f"{name}: present\n"), second
     assert images.client().images.get(name).labels[images.KEY_LABEL] == name.rpartition(":")[2]
     tasks.write_text(json.dumps({**row, "FAIL_TO_PASS": []}) + "\n")

@@ -42,8 +42,13 @@ def test_unknown_backend_is_a_clear_error():
 
 
 def test_run_returns_output_exit_code_and_measurements(sandbox):
-    res = sandbox.run([PY, "main.py", "x"], files={"main.py": "import sys\nprint(input()[::-1], sys.argv[1])\n"
-                                                   "sys.stderr.write('err')\nsys.exit(3)"}, stdin="abc\n")
+    res = sandbox.run(
+        [PY, "main.py", "x"],
+        files={
+            "main.py": "import sys\nprint(input()[::-1], sys.argv[1])\nsys.stderr.write('err')\nsys.exit(3)"
+        },
+        stdin="abc\n",
+    )
     assert isinstance(res, ExecResult)
     assert (res.exit_code, res.stdout, res.stderr, res.killed_by) == (3, b"cba x\n", b"err", None)
     assert 0 < res.wall_s < 3 and res.cpu_s > 0 and res.peak_memory_mb > 1
@@ -52,8 +57,9 @@ def test_run_returns_output_exit_code_and_measurements(sandbox):
 
 def test_large_stdin_and_stdout_round_trip(sandbox):
     data = b"".join(b"%d\n" % i for i in range(140_000))  # ~0.9 MB through both pipes (limit: 1 MiB)
-    res = sandbox.run([PY, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"], stdin=data,
-                      timeout_s=10)
+    res = sandbox.run(
+        [PY, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"], stdin=data, timeout_s=10
+    )
     assert res.ok and res.stdout == data and not res.truncated
 
 
@@ -121,7 +127,9 @@ def test_a_backend_that_cannot_start_raises_a_sandbox_error():
     sb = get_sandbox("unsafe-subprocess", python="/nonexistent/python3")
     with pytest.raises(SandboxError, match="did not start"):
         sb.session()
-    with pytest.raises(SandboxError, match="did not start"):  # never an empty result read as the program's output
+    with pytest.raises(
+        SandboxError, match="did not start"
+    ):  # never an empty result read as the program's output
         sb.run(["true"])
 
 

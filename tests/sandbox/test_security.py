@@ -36,8 +36,11 @@ def test_no_network(sandbox):
     listener.listen(1)
     port = listener.getsockname()[1]
     try:
-        res = py(sandbox, f"import socket\ns=socket.socket(); s.settimeout(1)\ns.connect(('127.0.0.1', {port}))\n"
-                          "print('connected')")
+        res = py(
+            sandbox,
+            f"import socket\ns=socket.socket(); s.settimeout(1)\ns.connect(('127.0.0.1', {port}))\n"
+            "print('connected')",
+        )
         assert res.exit_code != 0 and b"connected" not in res.stdout
         res = py(sandbox, "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)")
         assert res.exit_code != 0
@@ -73,7 +76,9 @@ def test_disk_filling(sandbox):
 
 
 def test_disk_filling_with_many_files_hits_the_tmpfs_cap(bwrap):
-    res = py(bwrap, "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (4 << 20)); i += 1", timeout_s=5)
+    res = py(
+        bwrap, "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (4 << 20)); i += 1", timeout_s=5
+    )
     assert res.exit_code != 0 and b"No space left" in res.stderr  # workdir_mb=16
     healthy(bwrap)
 
@@ -95,7 +100,9 @@ def test_host_files_are_out_of_reach(bwrap, tmp_path):
     secret.write_text("TOP-SECRET")
     home = os.path.expanduser("~")
     for path in ("/etc/shadow", "/etc/passwd", str(secret), os.path.join(home, ".bashrc"), home):
-        res = py(bwrap, f"import os\np = {path!r}\nprint(open(p).read() if os.path.isfile(p) else os.listdir(p))")
+        res = py(
+            bwrap, f"import os\np = {path!r}\nprint(open(p).read() if os.path.isfile(p) else os.listdir(p))"
+        )
         assert res.exit_code != 0 and b"TOP-SECRET" not in res.stdout and b"root:" not in res.stdout, path
     res = py(bwrap, "import os\nprint(' '.join(os.listdir('/')))")
     visible = set(res.stdout.decode().split())
@@ -130,9 +137,12 @@ def test_tmp_is_private(bwrap):
 
 
 def test_signalling_the_parent(sandbox):
-    res = py(sandbox, "import os, signal\nfor pid in (os.getppid(), 1):\n"
-                      "    try: os.kill(pid, signal.SIGKILL)\n    except OSError as e: print(e)\n"
-                      "try: os.kill(-1, signal.SIGKILL)\nexcept OSError as e: print(e)\nprint('alive')")
+    res = py(
+        sandbox,
+        "import os, signal\nfor pid in (os.getppid(), 1):\n"
+        "    try: os.kill(pid, signal.SIGKILL)\n    except OSError as e: print(e)\n"
+        "try: os.kill(-1, signal.SIGKILL)\nexcept OSError as e: print(e)\nprint('alive')",
+    )
     assert res.killed_by != "sandbox" and b"alive" in res.stdout
     healthy(sandbox)
 
@@ -149,13 +159,16 @@ def test_no_zombies_or_background_processes_survive_a_command(sandbox):
             start = time.monotonic()
             res = await s.arun(["sh", "-c", "sleep 100 & sleep 100 & echo started"], timeout_s=3)
             assert res.ok and res.stdout == b"started\n" and time.monotonic() - start < 2
-            daemon = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-                      "        time.sleep(100)\n    os._exit(0)\nprint('parent done')")
+            daemon = (
+                "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                "        time.sleep(100)\n    os._exit(0)\nprint('parent done')"
+            )
             await s.awrite({"d.py": daemon})
             res = await s.arun([PY, "d.py"])
             assert res.ok and res.stdout == b"parent done\n"
-            listing = await s.arun([PY, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') "
-                                              "if p.isdigit()))"])
+            listing = await s.arun(
+                [PY, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"]
+            )
             return listing.stdout
 
     import asyncio

@@ -18,7 +18,10 @@ import pytest
 from cascade_envs.envs.code.env import CodeEnv
 from cascade_envs.envs.code.service import BackgroundService as Server
 
-TASK = {"prompt": "add", "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}}}
+TASK = {
+    "prompt": "add",
+    "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}},
+}
 GOOD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 BAD = "```python\nprint(3)\n```"
 SLEEPY = "```python\nimport time\ntime.sleep(30)\n```"
@@ -32,7 +35,9 @@ def server():
 
 
 def post(url, path, body, timeout=60):
-    return httpx.post(url + path, content=body if isinstance(body, bytes) else json.dumps(body), timeout=timeout)
+    return httpx.post(
+        url + path, content=body if isinstance(body, bytes) else json.dumps(body), timeout=timeout
+    )
 
 
 def test_env_scores_through_the_service_like_locally(server):
@@ -48,8 +53,16 @@ def test_env_scores_through_the_service_like_locally(server):
 def test_health_run_and_bad_requests(server):
     health = httpx.get(server.url + "/health").json()
     assert health["status"] == "ok" and health["workers"] == 2 and health["backend"] in ("bwrap", "local")
-    ran = post(server.url, "/run", {"argv": ["/usr/bin/python3", "m.py"], "files": {"m.py": "print(input())"},
-                                    "stdin": "hi\n", "timeout_s": 2}).json()
+    ran = post(
+        server.url,
+        "/run",
+        {
+            "argv": ["/usr/bin/python3", "m.py"],
+            "files": {"m.py": "print(input())"},
+            "stdin": "hi\n",
+            "timeout_s": 2,
+        },
+    ).json()
     assert ran["stdout"] == "hi\n" and ran["exit_code"] == 0
     assert post(server.url, "/nope", {}).status_code == 404
     assert post(server.url, "/verify", b"{not json").status_code == 400
@@ -63,8 +76,14 @@ def test_health_run_and_bad_requests(server):
 
 def test_hostile_code_leaves_the_service_healthy(server):
     bomb = "```python\nimport os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n```"
-    for answer in (bomb, "```python\nx = bytearray(1 << 34)\n```", "```python\nimport os\nos.kill(1, 9)\n```"):
-        reward = post(server.url, "/verify", {"task": TASK, "answer": answer, "config": {"time_limit_s": 1}}).json()
+    for answer in (
+        bomb,
+        "```python\nx = bytearray(1 << 34)\n```",
+        "```python\nimport os\nos.kill(1, 9)\n```",
+    ):
+        reward = post(
+            server.url, "/verify", {"task": TASK, "answer": answer, "config": {"time_limit_s": 1}}
+        ).json()
         assert reward["reward"]["value"] == 0
     assert post(server.url, "/verify", {"task": TASK, "answer": GOOD}).json()["reward"]["value"] == 1
 
@@ -72,6 +91,7 @@ def test_hostile_code_leaves_the_service_healthy(server):
 def test_back_pressure_and_deadlines():
     s = Server(workers=1, max_queue=1)
     try:
+
         async def burst():
             async with httpx.AsyncClient(timeout=120) as client:
                 body = {"task": TASK, "answer": SLEEPY, "deadline_s": 1.0, "config": {"time_limit_s": 20}}
@@ -96,7 +116,9 @@ def test_back_pressure_and_deadlines():
 
 def test_load_spreads_over_several_services_and_skips_a_dead_one(server):
     with Server(workers=1) as other:
-        env = CodeEnv(tasks=[TASK], verifier_url=f"{server.url},{other.url},http://127.0.0.1:9", time_limit_s=2)
+        env = CodeEnv(
+            tasks=[TASK], verifier_url=f"{server.url},{other.url},http://127.0.0.1:9", time_limit_s=2
+        )
 
         async def many():
             return await asyncio.gather(*(env.areward(TASK, GOOD) for _ in range(6)))
@@ -125,8 +147,11 @@ EXCEPTION_NAME = re.compile(r"\b[A-Z]\w*(Error|Exception)\b")
         ("/verify", {"task": TASK, "answer": GOOD, "config": {"time_limit_s": "abc"}}, "config.time_limit_s"),
         ("/verify", {"task": TASK, "answer": GOOD, "config": {"time_limit_s": -1}}, "config.time_limit_s"),
         ("/verify", {"task": TASK, "answer": GOOD, "config": {"memory_mb": 1.5}}, "config.memory_mb"),
-        ("/verify", {"task": TASK, "answer": GOOD, "config": {"stop_at_first_failure": "no"}},
-         "config.stop_at_first_failure"),
+        (
+            "/verify",
+            {"task": TASK, "answer": GOOD, "config": {"stop_at_first_failure": "no"}},
+            "config.stop_at_first_failure",
+        ),
         ("/verify", {"task": TASK, "answer": GOOD, "deadline_s": "soon"}, "deadline_s"),
         ("/verify", {"task": TASK, "answer": GOOD, "deadline_s": [5]}, "deadline_s"),
         ("/verify", {"task": TASK, "answer": GOOD, "deadline_s": {"s": 5}}, "deadline_s"),
@@ -184,6 +209,7 @@ def test_body_limit_is_a_few_mb_with_413_past_it(server):
     assert response.status_code == 413 and "limit" in response.json()["error"]
     # a chunked body (no content-length) is cut off at the limit too
     with Server(workers=1, max_body_mb=0.25) as small:
+
         def chunks():
             for _ in range(64):
                 yield b" " * 8192
@@ -203,7 +229,7 @@ def test_idle_and_slow_connections_time_out():
             assert time.monotonic() - start < 3
         # a request whose body stops arriving gets 408
         with socket.create_connection((host, int(port)), timeout=10) as sock:
-            sock.sendall(b"POST /verify HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"task\"")
+            sock.sendall(b'POST /verify HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{"task"')
             start = time.monotonic()
             reply = sock.recv(4096)
             assert reply.startswith(b"HTTP/1.1 408") and time.monotonic() - start < 3
@@ -282,7 +308,13 @@ def test_a_sandbox_that_cannot_start_is_a_500_naming_it_not_a_bad_request():
     from cascade_envs.envs.code.service import HTTPError, VerifyService
     from cascade_envs.sandbox import get_sandbox
 
-    service = VerifyService(workers=1, backend=get_sandbox("unsafe-subprocess", python="/nonexistent/python3"))
+    service = VerifyService(
+        workers=1, backend=get_sandbox("unsafe-subprocess", python="/nonexistent/python3")
+    )
     with pytest.raises(HTTPError) as info:
         asyncio.run(service.run({"argv": ["true"]}))
-    assert info.value.status == 500 and "sandbox failure" in str(info.value) and "did not start" in str(info.value)
+    assert (
+        info.value.status == 500
+        and "sandbox failure" in str(info.value)
+        and "did not start" in str(info.value)
+    )

@@ -49,9 +49,17 @@ def run(coro):
 def test_source_is_copied_to_the_workdir_and_commands_run_there(sandbox, repo):
     async def go():
         async with await sandbox.asession(workspace=Workspace(source=str(repo))) as s:
-            where = await s.arun(["bash", "-c", "pwd; echo $HOME; ./run.sh; python3 -c 'import pkg.mod as m; print(m.VALUE + 1)'"])
+            where = await s.arun(
+                [
+                    "bash",
+                    "-c",
+                    "pwd; echo $HOME; ./run.sh; python3 -c 'import pkg.mod as m; print(m.VALUE + 1)'",
+                ]
+            )
             await s.awrite({"pkg/new.py": "X = 1\n"})
-            edited = await s.arun(["bash", "-c", "echo 'VALUE = 1' > pkg/mod.py && cat pkg/mod.py pkg/new.py"])
+            edited = await s.arun(
+                ["bash", "-c", "echo 'VALUE = 1' > pkg/mod.py && cat pkg/mod.py pkg/new.py"]
+            )
             return s.workdir, where, edited
 
     workdir, where, edited = run(go())
@@ -69,14 +77,23 @@ def test_bwrap_root_mounts_and_read_only_system(repo, tmp_path_factory):
     (shared / "data.txt").write_text("shared data\n")
     out = readable(tmp_path_factory.mktemp("out"))
     os.chmod(out, 0o777)
-    workspace = Workspace(workdir="/work/repo", source=str(repo),
-                          mounts=(Mount(str(shared), "/data"), Mount(str(out), "/out", writable=True)))
+    workspace = Workspace(
+        workdir="/work/repo",
+        source=str(repo),
+        mounts=(Mount(str(shared), "/data"), Mount(str(out), "/out", writable=True)),
+    )
 
     async def go():
         async with await sandbox.asession(workspace=workspace) as s:
-            return await s.arun(["bash", "-c", "pwd; cat /data/data.txt; echo hi > /out/o.txt; "
-                                 "echo x > /data/y 2>/dev/null || echo ro-data; touch /usr/x 2>/dev/null || echo ro-usr; "
-                                 "ls /root /home /etc 2>/dev/null | wc -l"])
+            return await s.arun(
+                [
+                    "bash",
+                    "-c",
+                    "pwd; cat /data/data.txt; echo hi > /out/o.txt; "
+                    "echo x > /data/y 2>/dev/null || echo ro-data; touch /usr/x 2>/dev/null || echo ro-usr; "
+                    "ls /root /home /etc 2>/dev/null | wc -l",
+                ]
+            )
 
     result = run(go())
     assert result.text.split("\n")[:5] == ["/work/repo", "shared data", "ro-data", "ro-usr", "0"], result
@@ -89,7 +106,13 @@ def test_workspace_root_is_served_read_only_as_slash(tmp_path):
 
     async def go():
         async with await sandbox.asession(workspace=Workspace(root="/", workdir="/srv")) as s:
-            return await s.arun(["bash", "-c", "pwd; test -f /etc/os-release && echo root-seen; echo x > /x 2>/dev/null || echo ro"])
+            return await s.arun(
+                [
+                    "bash",
+                    "-c",
+                    "pwd; test -f /etc/os-release && echo root-seen; echo x > /x 2>/dev/null || echo ro",
+                ]
+            )
 
     assert run(go()).text.split("\n")[:3] == ["/srv", "root-seen", "ro"]
 
@@ -97,7 +120,9 @@ def test_workspace_root_is_served_read_only_as_slash(tmp_path):
 def test_network_is_off_unless_asked(sandbox, repo):
     async def go():
         async with await sandbox.asession(workspace=Workspace(source=str(repo))) as s:
-            return await s.arun(["python3", "-c", "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)"])
+            return await s.arun(
+                ["python3", "-c", "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)"]
+            )
 
     assert run(go()).exit_code != 0
 
@@ -133,8 +158,10 @@ def test_rm_rf_slash_is_contained_to_the_workspace(sandbox, repo):
 
     async def go():
         async with await sandbox.asession(workspace=Workspace(source=str(repo))) as s:
-            wiped = await s.arun(["bash", "-c", "rm -rf --no-preserve-root / 2>/dev/null; ls -A /testbed | wc -l"],
-                                 timeout_s=30)
+            wiped = await s.arun(
+                ["bash", "-c", "rm -rf --no-preserve-root / 2>/dev/null; ls -A /testbed | wc -l"],
+                timeout_s=30,
+            )
             alive = await s.arun(["python3", "-c", "print('alive')"])
             return wiped, alive
 
@@ -152,12 +179,23 @@ def test_file_transfers_refuse_symlinks_and_special_files_promptly(sandbox, repo
 
     async def go():
         async with await sandbox.asession(workspace=Workspace(source=str(repo))) as s:
-            made = await s.arun(["bash", "-c", "mkfifo fifo && ln -s /etc/hostname link && ln -s /tmp dirlink && "
-                                               "ln -s pkg/mod.py inner"])
+            made = await s.arun(
+                [
+                    "bash",
+                    "-c",
+                    "mkfifo fifo && ln -s /etc/hostname link && ln -s /tmp dirlink && ln -s pkg/mod.py inner",
+                ]
+            )
             assert made.ok, made
             start, errors = time.monotonic(), []
-            for op in (lambda: s.aread("fifo"), lambda: s.awrite({"fifo": "x"}), lambda: s.aread("link"),
-                       lambda: s.awrite({"link": "x"}), lambda: s.awrite({"dirlink/x": "x"}), lambda: s.aread("inner")):
+            for op in (
+                lambda: s.aread("fifo"),
+                lambda: s.awrite({"fifo": "x"}),
+                lambda: s.aread("link"),
+                lambda: s.awrite({"link": "x"}),
+                lambda: s.awrite({"dirlink/x": "x"}),
+                lambda: s.aread("inner"),
+            ):
                 with pytest.raises(SandboxError, match="agent error") as caught:
                     await op()
                 errors.append(str(caught.value))
@@ -179,11 +217,26 @@ def test_local_workspaces_are_private_trees(repo, tmp_path):
     spec = Workspace(source=str(repo), hidden=(str(secret),), workdir_mb=4)
 
     async def go():
-        async with await local.asession(workspace=spec) as first, await local.asession(workspace=spec) as second:
-            plant = await first.arun(["bash", "-c", f"echo {marker} > mine; for d in /tmp /var/tmp /dev/shm /run/lock; do "
-                                                    f"echo {marker} > $d/{marker} || exit 1; done"])
-            peek = await second.arun(["bash", "-c", f"cat {first.workdir}/mine; ls /tmp /var/tmp /dev/shm /run/lock; "
-                                                    f"ls -A {secret}; cat {secret}/tasks.jsonl; touch {repo}/x"])
+        async with (
+            await local.asession(workspace=spec) as first,
+            await local.asession(workspace=spec) as second,
+        ):
+            plant = await first.arun(
+                [
+                    "bash",
+                    "-c",
+                    f"echo {marker} > mine; for d in /tmp /var/tmp /dev/shm /run/lock; do "
+                    f"echo {marker} > $d/{marker} || exit 1; done",
+                ]
+            )
+            peek = await second.arun(
+                [
+                    "bash",
+                    "-c",
+                    f"cat {first.workdir}/mine; ls /tmp /var/tmp /dev/shm /run/lock; "
+                    f"ls -A {secret}; cat {secret}/tasks.jsonl; touch {repo}/x",
+                ]
+            )
             fill = await first.arun(["bash", "-c", "head -c 8000000 /dev/zero > big"])
             return plant, peek, fill
 
@@ -246,7 +299,9 @@ def test_nothing_is_left_behind(sandbox, repo, private_tempdir):
     if sandbox.name == "local":
         assert not any(os.path.exists(w) for w in workdirs)
     if sandbox.name == "docker":
-        assert docker_support.containers(f"cascade-test={marker}") == [] and docker_support.volumes() <= volumes
+        assert (
+            docker_support.containers(f"cascade-test={marker}") == [] and docker_support.volumes() <= volumes
+        )
     if sandbox.run_as is not None:
         assert host_pids_of(sandbox.run_as, "sleep", marker) == []
 
@@ -257,14 +312,27 @@ def test_docker_workspace_starts_with_the_images_tree_in_a_capped_tmpfs(repo):
     from cascade_envs.sandbox import images
 
     client = images.client()
-    tree = {"pkg/mod.py": (b"VALUE = 41\n", 0o644), "run.sh": (b"#!/bin/sh\necho ran\n", 0o755),
-            "big.bin": (b"x" * (3 << 20), 0o644)}
-    image = images.build_tree(client, images.SANDBOX_IMAGE, "cascade-test-tree:1", tree, "/opt/repo", key="tree-1")
+    tree = {
+        "pkg/mod.py": (b"VALUE = 41\n", 0o644),
+        "run.sh": (b"#!/bin/sh\necho ran\n", 0o755),
+        "big.bin": (b"x" * (3 << 20), 0o644),
+    }
+    image = images.build_tree(
+        client, images.SANDBOX_IMAGE, "cascade-test-tree:1", tree, "/opt/repo", key="tree-1"
+    )
 
     async def go():
-        async with await sandbox.asession(workspace=Workspace(workdir="/opt/repo", image=image, workdir_mb=6)) as s:
-            own = await s.arun(["sh", "-c", "pwd; ./run.sh; python3 -c 'import pkg.mod as m; print(m.VALUE + 1)'; "
-                                            "echo edit > pkg/mod.py && cat pkg/mod.py; touch /opt/x 2>&1 | grep -c Read-only"])
+        async with await sandbox.asession(
+            workspace=Workspace(workdir="/opt/repo", image=image, workdir_mb=6)
+        ) as s:
+            own = await s.arun(
+                [
+                    "sh",
+                    "-c",
+                    "pwd; ./run.sh; python3 -c 'import pkg.mod as m; print(m.VALUE + 1)'; "
+                    "echo edit > pkg/mod.py && cat pkg/mod.py; touch /opt/x 2>&1 | grep -c Read-only",
+                ]
+            )
             full = await s.arun(["sh", "-c", "head -c 8000000 /dev/zero > fill; echo $?"], timeout_s=10)
         async with await sandbox.asession(workspace=Workspace(workdir="/opt/repo", image=image)) as s:
             fresh = await s.arun(["cat", "pkg/mod.py"])
@@ -276,6 +344,8 @@ def test_docker_workspace_starts_with_the_images_tree_in_a_capped_tmpfs(repo):
 
     own, full, fresh, copied = run(go())
     assert own.text.split("\n")[:5] == ["/opt/repo", "ran", "42", "edit", "1"], own
-    assert full.text.strip() == "1" and b"No space left" in full.stderr, full  # 3 MB of tree + 8 MB > the 6 MB cap
+    assert full.text.strip() == "1" and b"No space left" in full.stderr, (
+        full
+    )  # 3 MB of tree + 8 MB > the 6 MB cap
     assert fresh.text == "VALUE = 41\n"  # the image is never changed
     assert copied.text.split("\n")[:2] == ["/testbed", "42"], copied

@@ -31,8 +31,14 @@ def make_config(tiny_model_dir, tmp_path):
             "mix": {"envs": {"test/SayYes-v0": 1.0}},
             "rollout": {"group_size": 8, "prompts_per_step": 4, "max_tokens": 6},
             "optim": {"lr": 3e-3, "micro_batch_size": 8},
-            "train": {"steps": 3, "output_dir": str(tmp_path / "run"), "save_every": 100,
-                      "tensorboard": False, "progress": False, "plot": False},
+            "train": {
+                "steps": 3,
+                "output_dir": str(tmp_path / "run"),
+                "save_every": 100,
+                "tensorboard": False,
+                "progress": False,
+                "plot": False,
+            },
         }
         for name, values in sections.items():
             data[name] = {**data.get(name, {}), **values}

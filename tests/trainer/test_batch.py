@@ -28,8 +28,13 @@ def engine():
 
 
 def builder(engine, env_id, *, max_tokens=6, group_size=4, prompts=3, dynamic_filtering=True, max_rounds=2):
-    rollout = RolloutConfig(max_tokens=max_tokens, group_size=group_size, prompts_per_step=prompts,
-                            dynamic_filtering=dynamic_filtering, max_rounds=max_rounds)
+    rollout = RolloutConfig(
+        max_tokens=max_tokens,
+        group_size=group_size,
+        prompts_per_step=prompts,
+        dynamic_filtering=dynamic_filtering,
+        max_rounds=max_rounds,
+    )
     return BatchBuilder(engine, EnvMix({env_id: 1.0}, seed=0), GRPOAdvantages(rollout), rollout)
 
 
@@ -104,7 +109,10 @@ def test_filtering_refills_with_fresh_prompts(engine):
     b = builder(engine, "test/SayYes-v0", prompts=4, max_rounds=5)
     batch = b.build()
     assert len(batch.groups) <= 4
-    assert len(batch.played) == len(batch.groups) + batch.groups_surplus + batch.groups_filtered + batch.groups_masked
+    assert (
+        len(batch.played)
+        == len(batch.groups) + batch.groups_surplus + batch.groups_filtered + batch.groups_masked
+    )
     if batch.groups_filtered:
         assert batch.rounds > 1
     for group in batch.groups:
@@ -138,10 +146,17 @@ def test_shared_prompt_forward_matches_the_full_forward():
     tok = tiny_tokenizer()
     model = tiny_model(len(tok)).train()
     a, b = [1, 4, 15, 6, 2, 1, 5], [1, 4, 6, 2, 1, 5]
-    seqs = [TrainSequence(a, [9, 10, 2], 1.0, "e"), TrainSequence(a, [9], -1.0, "e"),
-            TrainSequence(b, [11, 12, 13, 2], 0.5, "e"), TrainSequence(b, [11, 2], 0.5, "e"), TrainSequence(b, [], 0.5, "e"),
-            # a multi-turn episode: env tokens (loss mask 0) mid-response must stay visible to later tokens
-            TrainSequence(b, [11, 2, 1, 7, 8, 2, 1, 5, 12, 2], 0.5, "e", loss_mask=[1, 1, 0, 0, 0, 0, 0, 0, 1, 1])]
+    seqs = [
+        TrainSequence(a, [9, 10, 2], 1.0, "e"),
+        TrainSequence(a, [9], -1.0, "e"),
+        TrainSequence(b, [11, 12, 13, 2], 0.5, "e"),
+        TrainSequence(b, [11, 2], 0.5, "e"),
+        TrainSequence(b, [], 0.5, "e"),
+        # a multi-turn episode: env tokens (loss mask 0) mid-response must stay visible to later tokens
+        TrainSequence(
+            b, [11, 2, 1, 7, 8, 2, 1, 5, 12, 2], 0.5, "e", loss_mask=[1, 1, 0, 0, 0, 0, 0, 0, 1, 1]
+        ),
+    ]
     mb = collate(seqs, pad_id=0, device=torch.device("cpu"))
     grads = []
     for forward in (model_module._full_logits, model_module.response_logits):

@@ -21,32 +21,52 @@ from cascade_envs.trainer.evaluation import EvalSettings, eval_table, evaluate_c
 from cascade_envs.trainer.teachers import Candidate, choose_teachers
 
 ENV = "test/SayYes-v0"
-EVERY_STAGE = ["rollout.group_size=4", "rollout.prompts_per_step=2", "rollout.max_tokens=4", "optim.lr=3e-3",
-               "train.steps=1", "train.save_every=1", "train.keep_checkpoints=1", "train.tensorboard=false",
-               "train.progress=false", "train.plot=false"]
+EVERY_STAGE = [
+    "rollout.group_size=4",
+    "rollout.prompts_per_step=2",
+    "rollout.max_tokens=4",
+    "optim.lr=3e-3",
+    "train.steps=1",
+    "train.save_every=1",
+    "train.keep_checkpoints=1",
+    "train.tensorboard=false",
+    "train.progress=false",
+    "train.plot=false",
+]
 
 
 @pytest.fixture
 def pipeline_file(tiny_model_dir, tmp_path) -> Path:
     """if_rl-like stage a, a branch b from the start model, then MOPD c with an auto teacher."""
     (tmp_path / "grpo.yaml").write_text(yaml.safe_dump({"name": "g", "mix": {"envs": {ENV: 1.0}}}))
-    (tmp_path / "mopd.yaml").write_text(yaml.safe_dump({
-        "name": "m", "algorithm": "mopd", "mix": {"envs": {ENV: 1.0}},
-        "mopd": {"teachers": {ENV: "auto"}}, "rollout": {"dynamic_filtering": False, "max_rounds": 1},
-    }))
+    (tmp_path / "mopd.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "m",
+                "algorithm": "mopd",
+                "mix": {"envs": {ENV: 1.0}},
+                "mopd": {"teachers": {ENV: "auto"}},
+                "rollout": {"dynamic_filtering": False, "max_rounds": 1},
+            }
+        )
+    )
     path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "t",
-        "model": {"path": str(tiny_model_dir)},
-        "output_dir": str(tmp_path / "out"),
-        "eval": {"max_tokens": 4, "limit": 3, "envs": {ENV: None}},
-        "set": EVERY_STAGE,
-        "stages": [
-            {"name": "a", "config": "grpo.yaml", "set": ["train.steps=2"]},
-            {"name": "b", "config": "grpo.yaml", "init": "start", "chain": False},
-            {"name": "c", "config": "mopd.yaml"},
-        ],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "model": {"path": str(tiny_model_dir)},
+                "output_dir": str(tmp_path / "out"),
+                "eval": {"max_tokens": 4, "limit": 3, "envs": {ENV: None}},
+                "set": EVERY_STAGE,
+                "stages": [
+                    {"name": "a", "config": "grpo.yaml", "set": ["train.steps=2"]},
+                    {"name": "b", "config": "grpo.yaml", "init": "start", "chain": False},
+                    {"name": "c", "config": "mopd.yaml"},
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -77,16 +97,27 @@ class Recorder:
     def evaluate(self, path: str, model: Any, settings: EvalSettings, env_ids: list[str]) -> dict[str, Any]:
         self.evaluated.append(path)
         label = "start" if "checkpoints" not in path else Path(path).parents[1].name
-        return {env_id: {"mean": self.scores.get(label, 0.0), "questions": settings.limit, "masked": 0,
-                         "key": settings.key(env_id)} for env_id in env_ids}
+        return {
+            env_id: {
+                "mean": self.scores.get(label, 0.0),
+                "questions": settings.limit,
+                "masked": 0,
+                "key": settings.key(env_id),
+            }
+            for env_id in env_ids
+        }
 
 
-def run(path: Path, rec: Recorder, overrides: list[str] | None = None, from_stage: str | None = None) -> PipelineState:
+def run(
+    path: Path, rec: Recorder, overrides: list[str] | None = None, from_stage: str | None = None
+) -> PipelineState:
     pipeline = load_pipeline(path, overrides or [])
     return CascadeRunner(pipeline, from_stage=from_stage, trainer=rec.train, evaluator=rec.evaluate).run()
 
 
-def test_pipeline_chains_branches_evaluates_and_picks_teachers(pipeline_file, tiny_model_dir, tmp_path, capsys):
+def test_pipeline_chains_branches_evaluates_and_picks_teachers(
+    pipeline_file, tiny_model_dir, tmp_path, capsys
+):
     rec = Recorder(scores={"start": 0.2, "a": 0.5, "b": 0.9})
     state = run(pipeline_file, rec)
     out = tmp_path / "out"
@@ -138,7 +169,9 @@ def test_resume_skips_finished_stages_and_from_stage_redoes_the_rest(pipeline_fi
 def test_a_state_file_that_is_not_one_is_refused(pipeline_file, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / STATE_FILE).write_text(json.dumps({"name": "t", "stages": {"a": {"steps": 2}}}))
-    with pytest.raises(ConfigError, match=r"not a cascade state file \(stages\.a: missing key\(s\) checkpoint\)"):
+    with pytest.raises(
+        ConfigError, match=r"not a cascade state file \(stages\.a: missing key\(s\) checkpoint\)"
+    ):
         run(pipeline_file, Recorder())
 
 
@@ -153,8 +186,11 @@ def test_bad_stage_config_fails_before_any_training(pipeline_file, tmp_path):
     data = yaml.safe_load(pipeline_file.read_text())
     data["eval"]["envs"] = {"test/Constant-v0": None}
     pipeline_file.write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match=r"mopd.teachers.test/SayYes-v0 is auto, but test/SayYes-v0 is not evaluated: "
-                                          "add it to eval.envs"):
+    with pytest.raises(
+        ConfigError,
+        match=r"mopd.teachers.test/SayYes-v0 is auto, but test/SayYes-v0 is not evaluated: "
+        "add it to eval.envs",
+    ):
         run(pipeline_file, rec)
     data["stages"][0]["confg"] = "x"
     pipeline_file.write_text(yaml.safe_dump(data))
@@ -163,27 +199,38 @@ def test_bad_stage_config_fails_before_any_training(pipeline_file, tmp_path):
     data["stages"][0].pop("confg")
     data["stages"][1]["init"] = "c"
     pipeline_file.write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match=r"stages\[1\].init 'c' must be previous, start or an earlier stage"):
+    with pytest.raises(
+        ConfigError, match=r"stages\[1\].init 'c' must be previous, start or an earlier stage"
+    ):
         run(pipeline_file, rec)
     assert not rec.trained
 
 
 def test_teacher_choice_by_score_ties_to_the_later_and_named_refs():
-    candidates = [Candidate("start", "/s", {"m": {"mean": 0.5}, "x": {"mean": None}}),
-                  Candidate("a", "/a", {"m": {"mean": 0.25}}), Candidate("b", "/b", {"m": {"mean": 0.5}})]
-    teachers, choices = choose_teachers("mopd", {"m": "auto", "n": "start", "p": "/folder"}, candidates, ["m", "x"])
+    candidates = [
+        Candidate("start", "/s", {"m": {"mean": 0.5}, "x": {"mean": None}}),
+        Candidate("a", "/a", {"m": {"mean": 0.25}}),
+        Candidate("b", "/b", {"m": {"mean": 0.5}}),
+    ]
+    teachers, choices = choose_teachers(
+        "mopd", {"m": "auto", "n": "start", "p": "/folder"}, candidates, ["m", "x"]
+    )
     assert teachers == {"m": "/b", "n": "/s", "p": "/folder"}
     assert choices["m"]["scores"] == {"start": 0.5, "a": 0.25, "b": 0.5}
     with pytest.raises(ConfigError, match="no checkpoint has a score on x"):
         choose_teachers("mopd", {"x": "auto"}, candidates, ["m", "x"])
-    with pytest.raises(ConfigError, match=r"mopd\.teachers\.m names stage 'later', which does not run before it"):
+    with pytest.raises(
+        ConfigError, match=r"mopd\.teachers\.m names stage 'later', which does not run before it"
+    ):
         choose_teachers("mopd", {"m": "later"}, candidates, ["m"], stages=["a", "b", "mopd", "later"])
 
 
 def test_eval_table_marks_changes_and_masked_answers():
-    rows = [("start", {"e/A-v0": {"mean": 0.5, "masked": 0}, "e/B-v0": {"mean": None, "masked": 4}}),
-            ("s1", {"e/A-v0": {"mean": 0.75, "masked": 1}, "e/B-v0": {"mean": 0.25, "masked": 0}}),
-            ("s2", {"e/A-v0": {"mean": 0.75, "masked": 0}})]
+    rows = [
+        ("start", {"e/A-v0": {"mean": 0.5, "masked": 0}, "e/B-v0": {"mean": None, "masked": 4}}),
+        ("s1", {"e/A-v0": {"mean": 0.75, "masked": 1}, "e/B-v0": {"mean": 0.25, "masked": 0}}),
+        ("s2", {"e/A-v0": {"mean": 0.75, "masked": 0}}),
+    ]
     lines = eval_table(rows, ["e/A-v0", "e/B-v0"]).splitlines()
     assert lines[0].split() == ["stage", "A", "B"]
     assert "0.500" in lines[1] and "masked" in lines[1]
@@ -212,7 +259,9 @@ def test_cli_runs_a_pipeline_file_and_resumes(pipeline_file, tmp_path, capsys):
     assert all(s["checkpoint"] == state["start"]["checkpoint"] for s in state["stages"].values())  # 0 steps
     printed = capsys.readouterr()
     assert "no checkpoint was written (0 steps)" in printed.err and "start" in printed.out
-    assert [r["results"][ENV]["questions"] for r in json.loads((out / "eval.json").read_text())["rows"]] == [2] * 4
+    assert [r["results"][ENV]["questions"] for r in json.loads((out / "eval.json").read_text())["rows"]] == [
+        2
+    ] * 4
     assert main(args) == 0 and "c: finished earlier" in capsys.readouterr().err
 
 
@@ -220,8 +269,12 @@ def test_evaluation_scores_every_env_on_its_own_tasks(tiny_model_dir, monkeypatc
     from cascade_envs.judges import JUDGE_URL_ENV, JudgeUnavailable
     from cascade_envs.trainer.config import ModelConfig
 
-    settings = EvalSettings(envs={ENV: None, "test/HalfBroken-v0": {}}, max_tokens=5, limit=3,
-                            group_sizes={"test/HalfBroken-v0": 2})
+    settings = EvalSettings(
+        envs={ENV: None, "test/HalfBroken-v0": {}},
+        max_tokens=5,
+        limit=3,
+        group_sizes={"test/HalfBroken-v0": 2},
+    )
     results = evaluate_checkpoint(str(tiny_model_dir), ModelConfig(), settings)
     assert (results[ENV]["questions"], results[ENV]["answers"], results[ENV]["errors"]) == (3, 3, 0)
     assert (results["test/HalfBroken-v0"]["questions"], results["test/HalfBroken-v0"]["answers"]) == (3, 6)
@@ -239,8 +292,10 @@ def test_masked_answers_are_counted_apart_never_as_zero():
     def episode(reward: Reward) -> EpisodeResult:
         return EpisodeResult("e/A-v0", "t", 0, 0, [], [], reward)
 
-    groups = [GroupResult("e/A-v0", "t", {}, [episode(Reward(1.0)), episode(Reward.failed("judge down"))]),
-              GroupResult("e/A-v0", "u", {}, [episode(Reward(0.5)), episode(Reward.failed("judge down"))])]
+    groups = [
+        GroupResult("e/A-v0", "t", {}, [episode(Reward(1.0)), episode(Reward.failed("judge down"))]),
+        GroupResult("e/A-v0", "u", {}, [episode(Reward(0.5)), episode(Reward.failed("judge down"))]),
+    ]
     summary = _summary("e/A-v0", groups, 2)
     assert (summary["mean"], summary["scored"], summary["masked"]) == (0.75, 2, 2)
     assert summary["mask_reasons"] == {"judge down": 2}

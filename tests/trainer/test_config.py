@@ -44,7 +44,9 @@ def test_multi_domain_mix_weights_follow_the_report():
 
 
 def test_overrides_are_typed_and_nested():
-    config = load_config(None, ["optim.lr=1e-5", "rollout.group_size=3", "train.steps=7", "rollout.thinking=false"])
+    config = load_config(
+        None, ["optim.lr=1e-5", "rollout.group_size=3", "train.steps=7", "rollout.thinking=false"]
+    )
     assert config.optim.lr == pytest.approx(1e-5)
     assert config.rollout.group_size == 3 and config.train.steps == 7
     _, kwargs = config.mix_weights()
@@ -100,7 +102,11 @@ def test_missing_or_malformed_config_file(tmp_path):
 
 def test_mix_entries_with_kwargs():
     config = config_from_dict(
-        {"mix": {"envs": {"test/SayYes-v0": {"weight": 2, "kwargs": {"max_turns": 1}}, "test/Constant-v0": 1}}}
+        {
+            "mix": {
+                "envs": {"test/SayYes-v0": {"weight": 2, "kwargs": {"max_turns": 1}}, "test/Constant-v0": 1}
+            }
+        }
     )
     weights, kwargs = config.mix_weights()
     assert weights == {"test/SayYes-v0": 2, "test/Constant-v0": 1}
@@ -149,11 +155,20 @@ def test_settings_that_would_ruin_a_run_are_refused_naming_the_key(overrides, ke
 
 
 def test_edge_values_that_make_sense_are_accepted(tmp_path):
-    config = load_config(None, [
-        "rollout.temperature=0", "rollout.top_p=1", "optim.betas=[0, 0.999]", "optim.weight_decay=0",
-        "optim.warmup_steps=3", "optim.warmup_start_lr=3e-6", f"train.output_dir={tmp_path / 'a' / 'b'}",
-        "train.seed=4294967295", "model.device=cpu",
-    ])
+    config = load_config(
+        None,
+        [
+            "rollout.temperature=0",
+            "rollout.top_p=1",
+            "optim.betas=[0, 0.999]",
+            "optim.weight_decay=0",
+            "optim.warmup_steps=3",
+            "optim.warmup_start_lr=3e-6",
+            f"train.output_dir={tmp_path / 'a' / 'b'}",
+            "train.seed=4294967295",
+            "model.device=cpu",
+        ],
+    )
     assert config.rollout.temperature == 0 and config.rollout.top_p == 1
     assert not (tmp_path / "a").exists()  # validation creates nothing
 
@@ -216,5 +231,12 @@ def test_each_section_checks_its_own_values():
     with pytest.raises(ConfigError, match=r"mopd\.eps_high must be a finite number >= 1"):
         MOPDConfig(eps_high=0.5).check()
     assert [type(s).__name__ for s in load_config(None).sections()] == [
-        "ModelConfig", "MixConfig", "RolloutConfig", "OptimConfig", "TrainConfig", "HeldoutConfig", "MOPDConfig",
-        "RayConfig"]
+        "ModelConfig",
+        "MixConfig",
+        "RolloutConfig",
+        "OptimConfig",
+        "TrainConfig",
+        "HeldoutConfig",
+        "MOPDConfig",
+        "RayConfig",
+    ]

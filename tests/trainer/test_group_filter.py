@@ -69,7 +69,9 @@ def engine() -> HFEngine:
 
 
 def build(engine: HFEngine, mask: float | None, max_rounds: int):
-    rollout = RolloutConfig(mask_groups_below=mask, max_tokens=6, group_size=4, prompts_per_step=3, max_rounds=max_rounds)
+    rollout = RolloutConfig(
+        mask_groups_below=mask, max_tokens=6, group_size=4, prompts_per_step=3, max_rounds=max_rounds
+    )
     builder = BatchBuilder(engine, EnvMix({"test/SayYes-v0": 1.0}, seed=0), GRPOAdvantages(rollout), rollout)
     return builder.build()
 

@@ -45,9 +45,19 @@ def test_step_metrics_are_logged(make_config):
     rows = [json.loads(line) for line in trainer.logger.path.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for key in (
-        "reward/mean", "reward/test/SayYes-v0", "batch/filtered_fraction", "rollout/truncation_rate",
-        "rollout/response_length", "train/entropy", "train/grad_norm", "train/loss", "time/generation_s",
-        "time/scoring_s", "time/training_s", "time/sync_s", "throughput/generation_tokens_per_s",
+        "reward/mean",
+        "reward/test/SayYes-v0",
+        "batch/filtered_fraction",
+        "rollout/truncation_rate",
+        "rollout/response_length",
+        "train/entropy",
+        "train/grad_norm",
+        "train/loss",
+        "time/generation_s",
+        "time/scoring_s",
+        "time/training_s",
+        "time/sync_s",
+        "throughput/generation_tokens_per_s",
         "throughput/train_tokens_per_s",
     ):
         assert key in rows[0], key
@@ -71,7 +81,9 @@ def test_resumed_run_continues_bit_for_bit(make_config, tmp_path):
 
 
 def test_every_group_filtered_skips_the_step(make_config, caplog):
-    config = make_config(mix={"envs": {"test/Constant-v0": 1.0}}, rollout={"max_rounds": 2}, train={"steps": 2})
+    config = make_config(
+        mix={"envs": {"test/Constant-v0": 1.0}}, rollout={"max_rounds": 2}, train={"steps": 2}
+    )
     trainer = Trainer(config)
     before = [p.clone() for p in trainer.model.parameters()]
     with caplog.at_level(logging.WARNING, logger="cascade_envs.trainer"):
@@ -95,7 +107,9 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(make_config, monkeypa
         return loss * float("nan"), metrics
 
     monkeypatch.setattr(trainer.strategy, "loss", nan_loss)
-    with pytest.raises(TrainingError, match=r"step 2: the loss is nan.*last good checkpoint is .*step_000001"):
+    with pytest.raises(
+        TrainingError, match=r"step 2: the loss is nan.*last good checkpoint is .*step_000001"
+    ):
         for _ in range(5):  # a step may be skipped (no signal) before one reaches the loss
             trainer.train_step()
     assert all(torch.equal(a, b) for a, b in zip(weights, trainer.model.parameters(), strict=True))
@@ -130,9 +144,13 @@ def test_missing_model_path_is_a_clear_error(make_config, tmp_path):
 
 def test_kl_reference_and_micro_batching_match_one_big_batch(make_config, tmp_path):
     """Gradient accumulation over micro-batches gives the same update as one batch (and KL runs)."""
-    a = Trainer(make_config(optim={"micro_batch_size": 32, "kl_coef": 0.1}, train={"output_dir": str(tmp_path / "a")}))
+    a = Trainer(
+        make_config(optim={"micro_batch_size": 32, "kl_coef": 0.1}, train={"output_dir": str(tmp_path / "a")})
+    )
     ma = a.train_step()
-    b = Trainer(make_config(optim={"micro_batch_size": 3, "kl_coef": 0.1}, train={"output_dir": str(tmp_path / "b")}))
+    b = Trainer(
+        make_config(optim={"micro_batch_size": 3, "kl_coef": 0.1}, train={"output_dir": str(tmp_path / "b")})
+    )
     mb = b.train_step()
     assert ma["batch/sequences"] > 3  # more than one micro-batch in b
     assert ma["reward/mean"] == mb["reward/mean"]
@@ -149,8 +167,12 @@ def test_kl_reference_and_micro_batching_match_one_big_batch(make_config, tmp_pa
 def test_gradient_checkpointing_gives_the_same_update(make_config, tmp_path):
     plain = Trainer(make_config(train={"output_dir": str(tmp_path / "a")}))
     plain.train_step()
-    ckpt_on = Trainer(make_config(model={"gradient_checkpointing": True}, train={"output_dir": str(tmp_path / "b")}))
-    assert getattr(ckpt_on.model, "is_activation_checkpointing", None) or ckpt_on.model.is_gradient_checkpointing
+    ckpt_on = Trainer(
+        make_config(model={"gradient_checkpointing": True}, train={"output_dir": str(tmp_path / "b")})
+    )
+    assert (
+        getattr(ckpt_on.model, "is_activation_checkpointing", None) or ckpt_on.model.is_gradient_checkpointing
+    )
     ckpt_on.train_step()
     for pa, pb in zip(plain.model.parameters(), ckpt_on.model.parameters(), strict=True):
         assert torch.allclose(pa, pb, atol=1e-6)
@@ -178,14 +200,22 @@ def test_linear_lr_warmup(make_config):
 
 
 def _train_to(make_config, out, steps, **train):
-    Trainer(make_config(train={"steps": steps, "save_every": 1, "keep_checkpoints": 5,
-                                   "output_dir": str(out), **train})).train()
+    Trainer(
+        make_config(
+            train={"steps": steps, "save_every": 1, "keep_checkpoints": 5, "output_dir": str(out), **train}
+        )
+    ).train()
 
 
 @pytest.mark.parametrize(
     ("section", "key", "value"),
-    [("optim", "lr", float("inf")), ("rollout", "temperature", -1.0), ("rollout", "top_p", 0.0),
-     ("optim", "betas", [0.9, float("nan")]), ("train", "output_dir", "")],
+    [
+        ("optim", "lr", float("inf")),
+        ("rollout", "temperature", -1.0),
+        ("rollout", "top_p", 0.0),
+        ("optim", "betas", [0.9, float("nan")]),
+        ("train", "output_dir", ""),
+    ],
 )
 def test_trainer_checks_a_config_changed_in_code_before_any_work(make_config, tmp_path, section, key, value):
     config = make_config(train={"output_dir": str(tmp_path / "run")})

@@ -28,11 +28,15 @@ def test_heldout_is_scored_before_the_first_step_and_after_the_last(make_config)
     assert (base["step"], trained["step"]) == (0, 2)
     assert base["questions"] == trained["questions"] == 6 and base["masked"] == 0  # every SayYes task, once
     assert 0.0 <= base["mean"] <= 1.0 and base["sampling"] == "greedy"
-    assert again is not None and again["mean"] == trained["mean"]  # greedy: the same weights give the same score
+    assert (
+        again is not None and again["mean"] == trained["mean"]
+    )  # greedy: the same weights give the same score
     written = json.loads((trainer.output_dir / "heldout.json").read_text())
     assert written["base"]["mean"] == base["mean"] and written["trained"]["mean"] == trained["mean"]
     line = heldout_line(trainer.heldout)
-    assert line is not None and line.startswith("held-out (6 questions of test/SayYes-v0 never trained on, greedy)")
+    assert line is not None and line.startswith(
+        "held-out (6 questions of test/SayYes-v0 never trained on, greedy)"
+    )
     assert f"base {base['mean']:.3f} -> trained {trained['mean']:.3f}" in line
 
 
@@ -59,8 +63,10 @@ def test_heldout_settings_are_checked():
 def test_heldout_line_reports_masked_answers_and_a_missing_score():
     result = {"env": "e/E-v0", "questions": 8, "masked": 1, "mean": 0.25, "sampling": "greedy"}
     line = heldout_line({"base": result, "trained": {**result, "masked": 0, "mean": None}})
-    assert line == ("held-out (8 questions of e/E-v0 never trained on, greedy, 1 answer(s) masked by verifier "
-                    "errors): base 0.250 -> trained n/a")
+    assert line == (
+        "held-out (8 questions of e/E-v0 never trained on, greedy, 1 answer(s) masked by verifier "
+        "errors): base 0.250 -> trained n/a"
+    )
 
 
 # ----- the default run's rows ---------------------------------------------------------------------
@@ -70,7 +76,7 @@ def default_envs():
     from cascade_envs.envs.instruction_following.env import InstructionFollowingEnv
 
     config = load_config(None)
-    (env_id, kwargs), = config.mix_weights()[1].items()
+    ((env_id, kwargs),) = config.mix_weights()[1].items()
     heldout = config.heldout_env()
     assert heldout is not None and heldout[0] == env_id == "cascade/InstructionFollowing-v0"
     assert 1e-5 <= config.optim.lr <= 4e-5 and config.rollout.group_size == 8

@@ -68,18 +68,38 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_plugins_loss_is_named_by_algorithm_and_trained(plugin_path, tiny_model_dir, tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({
-        "algorithm": "tiny/pg",
-        "model": {"path": str(tiny_model_dir)},
-        "mix": {"envs": {"test/SayYes-v0": 1.0}},
-        "rollout": {"group_size": 4, "prompts_per_step": 2, "max_tokens": 4, "dynamic_filtering": False},
-        "train": {"steps": 1, "output_dir": str(tmp_path / "run"), "tensorboard": False, "progress": False,
-                  "plot": False},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "algorithm": "tiny/pg",
+                "model": {"path": str(tiny_model_dir)},
+                "mix": {"envs": {"test/SayYes-v0": 1.0}},
+                "rollout": {
+                    "group_size": 4,
+                    "prompts_per_step": 2,
+                    "max_tokens": 4,
+                    "dynamic_filtering": False,
+                },
+                "train": {
+                    "steps": 1,
+                    "output_dir": str(tmp_path / "run"),
+                    "tensorboard": False,
+                    "progress": False,
+                    "plot": False,
+                },
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if k != "CASCADE_ENVS_DISABLE_PLUGIN_AUTOLOAD"}
     env["PYTHONPATH"] = os.pathsep.join([str(plugin_path), str(REPO)])
-    done = subprocess.run([sys.executable, "-c", PROGRAM, str(config)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, str(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["strategy"] == "PolicyGradient"

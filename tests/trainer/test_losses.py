@@ -35,7 +35,9 @@ def test_masked_samples_are_left_out_of_group_statistics():
     s = math.sqrt(0.5)
     assert torch.allclose(adv, torch.tensor([[0.5 / s, -0.5 / s, 0.0, 0.0]]), atol=1e-6)
     # only one valid sample left: nothing to compare against
-    assert torch.equal(group_advantages(rewards, torch.tensor([[True, False, False, False]])), torch.zeros(1, 4))
+    assert torch.equal(
+        group_advantages(rewards, torch.tensor([[True, False, False, False]])), torch.zeros(1, 4)
+    )
 
 
 def test_group_advantages_rejects_wrong_shape():
@@ -169,8 +171,9 @@ def test_mopd_loss_matches_the_formula_written_out(normalization):
     x = lp.clone().requires_grad_(True)
     loss = mopd_loss(x, inf, teacher, mask, normalization=normalization)
     loss.backward()
-    ref_loss, ref_grad = mopd_reference(lp.tolist(), inf.tolist(), teacher.tolist(), mask.tolist(),
-                                        normalization=normalization)
+    ref_loss, ref_grad = mopd_reference(
+        lp.tolist(), inf.tolist(), teacher.tolist(), mask.tolist(), normalization=normalization
+    )
     assert loss.item() == pytest.approx(ref_loss, rel=1e-5, abs=1e-7)
     assert torch.allclose(x.grad, torch.tensor(ref_grad), atol=1e-6)
     assert x.grad[2].abs().sum() == 0  # the response with no valid token contributes nothing
@@ -201,11 +204,15 @@ def test_mopd_micro_batches_sum_to_the_batch_gradient(normalization):
     total = torch.zeros(())
     counts = {"num_tokens": mask.sum(), "num_sequences": int((mask.sum(-1) > 0).sum())}
     for rows in (slice(0, 2), slice(2, 3), slice(3, 5)):
-        part = mopd_loss(parts[rows], inf[rows], teacher[rows], mask[rows], normalization=normalization, **counts)
+        part = mopd_loss(
+            parts[rows], inf[rows], teacher[rows], mask[rows], normalization=normalization, **counts
+        )
         part.backward()
         total = total + part.detach()
     assert torch.allclose(full.grad, parts.grad, atol=1e-7)
-    assert total.item() == pytest.approx(mopd_loss(lp, inf, teacher, mask, normalization=normalization).item(), rel=1e-6)
+    assert total.item() == pytest.approx(
+        mopd_loss(lp, inf, teacher, mask, normalization=normalization).item(), rel=1e-6
+    )
 
 
 def test_mopd_advantage_and_weight_carry_no_gradient():
@@ -235,4 +242,6 @@ def test_mopd_gate_removes_tokens_outside_the_bounds():
 
 def test_mopd_loss_rejects_an_unknown_normalisation():
     with pytest.raises(ValueError, match="normalization"):
-        mopd_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), normalization="batch")
+        mopd_loss(
+            torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), normalization="batch"
+        )

@@ -24,13 +24,17 @@ def save_yes_teacher(folder: Path, seed: int = 1, steps: int = 60) -> Path:
     tok = tiny_tokenizer()
     model = tiny_model(len(tok), seed=seed).train()
     gen = torch.Generator().manual_seed(seed)
-    pool = torch.tensor(tok.convert_tokens_to_ids([*WORDS, "<|im_start|>", "user", "assistant", "<|im_end|>"]))
+    pool = torch.tensor(
+        tok.convert_tokens_to_ids([*WORDS, "<|im_start|>", "user", "assistant", "<|im_end|>"])
+    )
     yes = tok.convert_tokens_to_ids("yes")
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(steps):
         ids = pool[torch.randint(len(pool), (32, 16), generator=gen)]
         logits = model(input_ids=ids).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.full((ids.numel(),), yes))
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), torch.full((ids.numel(),), yes)
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -51,8 +55,13 @@ def other_teacher(tmp_path_factory) -> Path:
     return save_tiny(tmp_path_factory.mktemp("teacher") / "other", seed=2)
 
 
-def mopd_config(student: Path, out: Path, teachers: dict[str, str], envs: dict[str, float] | None = None,
-                **sections: dict[str, Any]):
+def mopd_config(
+    student: Path,
+    out: Path,
+    teachers: dict[str, str],
+    envs: dict[str, float] | None = None,
+    **sections: dict[str, Any],
+):
     data: dict[str, Any] = {
         "algorithm": "mopd",
         "model": {"path": str(student)},
@@ -60,8 +69,14 @@ def mopd_config(student: Path, out: Path, teachers: dict[str, str], envs: dict[s
         "mopd": {"teachers": teachers},
         "rollout": {"group_size": 1, "prompts_per_step": 16, "max_tokens": 6},
         "optim": {"lr": 3e-2, "micro_batch_size": 8},
-        "train": {"steps": 8, "output_dir": str(out), "save_every": 100,
-                  "tensorboard": False, "progress": False, "plot": False},
+        "train": {
+            "steps": 8,
+            "output_dir": str(out),
+            "save_every": 100,
+            "tensorboard": False,
+            "progress": False,
+            "plot": False,
+        },
     }
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values}
@@ -73,8 +88,9 @@ def exact_reverse_kl(student: Any, teacher: Any, tokenizer: Any) -> float:
     total = 0.0
     with torch.no_grad():
         for prompt in PROMPTS:
-            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                 tokenize=False)
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
             ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
             ls = torch.log_softmax(student(input_ids=ids).logits[0, -1].float(), -1)
             lt = torch.log_softmax(teacher(input_ids=ids).logits[0, -1].float(), -1)
@@ -82,7 +98,9 @@ def exact_reverse_kl(student: Any, teacher: Any, tokenizer: Any) -> float:
     return total / len(PROMPTS)
 
 
-def test_distilling_toward_a_yes_teacher_lowers_the_reverse_kl_step_by_step(tiny_model_dir, yes_teacher, tmp_path):
+def test_distilling_toward_a_yes_teacher_lowers_the_reverse_kl_step_by_step(
+    tiny_model_dir, yes_teacher, tmp_path
+):
     config = mopd_config(tiny_model_dir, tmp_path / "run", {"test/SayYes-v0": str(yes_teacher)})
     trainer = Trainer(config)
     (scorer,) = trainer.sources["teacher"].scorers.values()
@@ -100,8 +118,12 @@ def test_distilling_toward_a_yes_teacher_lowers_the_reverse_kl_step_by_step(tiny
     assert sum(b > a for a, b in itertools.pairwise(logged)) <= 1, logged
     assert logged[-1] < 0.2 * logged[0]
     assert metrics["mopd/teacher_top1_agreement"] > 0.8  # the student now samples what the teacher prefers
-    for key in ("mopd/gated_fraction", "mopd/reverse_kl", "mopd/teacher_top1_agreement",
-                "mopd/advantage_mean/test/SayYes-v0"):
+    for key in (
+        "mopd/gated_fraction",
+        "mopd/reverse_kl",
+        "mopd/teacher_top1_agreement",
+        "mopd/advantage_mean/test/SayYes-v0",
+    ):
         assert key in metrics
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all("mopd/advantage_mean/test/SayYes-v0" in row for row in rows)
@@ -110,16 +132,26 @@ def test_distilling_toward_a_yes_teacher_lowers_the_reverse_kl_step_by_step(tiny
 
 
 def test_group_size_one_is_for_mopd_not_grpo(tiny_model_dir, yes_teacher, tmp_path):
-    config = mopd_config(tiny_model_dir, tmp_path / "run", {"test/SayYes-v0": str(yes_teacher)},
-                         rollout={"group_size": 1, "prompts_per_step": 512})
+    config = mopd_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        {"test/SayYes-v0": str(yes_teacher)},
+        rollout={"group_size": 1, "prompts_per_step": 512},
+    )
     assert config.rollout.group_size == 1
     with pytest.raises(ConfigError, match="GRPO compares rollouts"):
-        config_from_dict({"model": {"path": str(tiny_model_dir)}, "mix": {"envs": {"test/SayYes-v0": 1.0}},
-                          "rollout": {"group_size": 1}})
+        config_from_dict(
+            {
+                "model": {"path": str(tiny_model_dir)},
+                "mix": {"envs": {"test/SayYes-v0": 1.0}},
+                "rollout": {"group_size": 1},
+            }
+        )
 
 
-def test_each_teacher_is_loaded_once_and_runs_once_per_step(tiny_model_dir, yes_teacher, other_teacher, tmp_path,
-                                                            monkeypatch):
+def test_each_teacher_is_loaded_once_and_runs_once_per_step(
+    tiny_model_dir, yes_teacher, other_teacher, tmp_path, monkeypatch
+):
     from cascade_envs.trainer import teachers as teachers_module
 
     loads: list[str] = []
@@ -132,13 +164,23 @@ def test_each_teacher_is_loaded_once_and_runs_once_per_step(tiny_model_dir, yes_
     monkeypatch.setattr(teachers_module, "load_model", counting_load)
     envs = {"test/SayYes-v0": 1.0, "test/Constant-v0": 1.0, "test/HalfBroken-v0": 1.0}
     teachers = {"test/SayYes-v0": str(yes_teacher), "test/HalfBroken-v0": str(other_teacher)}
-    config = mopd_config(tiny_model_dir, tmp_path / "run", teachers, envs,
-                         mopd={"teachers": teachers, "default_teacher": str(yes_teacher)},
-                         rollout={"group_size": 2, "prompts_per_step": 12}, optim={"micro_batch_size": 4})
+    config = mopd_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        teachers,
+        envs,
+        mopd={"teachers": teachers, "default_teacher": str(yes_teacher)},
+        rollout={"group_size": 2, "prompts_per_step": 12},
+        optim={"micro_batch_size": 4},
+    )
     trainer = Trainer(config)
     assert sorted(loads) == sorted([str(yes_teacher), str(other_teacher)])  # Constant shares the yes teacher
     pool = trainer.sources["teacher"]
-    assert pool.scorer_of("test/Constant-v0") == pool.scorer_of("test/SayYes-v0") != pool.scorer_of("test/HalfBroken-v0")
+    assert (
+        pool.scorer_of("test/Constant-v0")
+        == pool.scorer_of("test/SayYes-v0")
+        != pool.scorer_of("test/HalfBroken-v0")
+    )
     calls: dict[str, list[set[str]]] = {}
     forwards: dict[str, int] = {}
     for key, scorer in pool.scorers.items():
@@ -165,11 +207,19 @@ def test_each_teacher_is_loaded_once_and_runs_once_per_step(tiny_model_dir, yes_
 
 def test_a_mix_env_without_a_teacher_is_a_config_error(tiny_model_dir, yes_teacher, tmp_path):
     with pytest.raises(ConfigError, match=r"mopd\.teachers has no teacher for mix env\(s\) test/Constant-v0"):
-        mopd_config(tiny_model_dir, tmp_path / "run", {"test/SayYes-v0": str(yes_teacher)},
-                    {"test/SayYes-v0": 1.0, "test/Constant-v0": 1.0})
-    config = mopd_config(tiny_model_dir, tmp_path / "run", {"test/SayYes-v0": str(yes_teacher)},
-                         {"test/SayYes-v0": 1.0, "test/Constant-v0": 1.0},
-                         mopd={"teachers": {"test/SayYes-v0": str(yes_teacher)}, "default_teacher": str(yes_teacher)})
+        mopd_config(
+            tiny_model_dir,
+            tmp_path / "run",
+            {"test/SayYes-v0": str(yes_teacher)},
+            {"test/SayYes-v0": 1.0, "test/Constant-v0": 1.0},
+        )
+    config = mopd_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        {"test/SayYes-v0": str(yes_teacher)},
+        {"test/SayYes-v0": 1.0, "test/Constant-v0": 1.0},
+        mopd={"teachers": {"test/SayYes-v0": str(yes_teacher)}, "default_teacher": str(yes_teacher)},
+    )
     assert config.mopd.default_teacher == str(yes_teacher)
 
 
@@ -188,8 +238,13 @@ def test_a_teacher_with_another_vocabulary_is_a_config_error(tiny_model_dir, tmp
 
 
 def test_masked_reward_samples_still_train_under_mopd(tiny_model_dir, yes_teacher, tmp_path):
-    config = mopd_config(tiny_model_dir, tmp_path / "run", {"test/HalfBroken-v0": str(yes_teacher)},
-                         {"test/HalfBroken-v0": 1.0}, rollout={"group_size": 2, "prompts_per_step": 8})
+    config = mopd_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        {"test/HalfBroken-v0": str(yes_teacher)},
+        {"test/HalfBroken-v0": 1.0},
+        rollout={"group_size": 2, "prompts_per_step": 8},
+    )
     trainer = Trainer(config)
     metrics = trainer.train_step()
     trainer.close()
@@ -199,18 +254,30 @@ def test_masked_reward_samples_still_train_under_mopd(tiny_model_dir, yes_teache
     assert metrics["batch/groups_kept"] == 8
 
 
-def test_dynamic_filtering_does_not_apply_and_mask_groups_below_is_refused(tiny_model_dir, yes_teacher, tmp_path):
+def test_dynamic_filtering_does_not_apply_and_mask_groups_below_is_refused(
+    tiny_model_dir, yes_teacher, tmp_path
+):
     teachers = {"test/Constant-v0": str(yes_teacher)}
-    config = mopd_config(tiny_model_dir, tmp_path / "run", teachers, {"test/Constant-v0": 1.0},
-                         rollout={"group_size": 2, "prompts_per_step": 4, "dynamic_filtering": True})
+    config = mopd_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        teachers,
+        {"test/Constant-v0": 1.0},
+        rollout={"group_size": 2, "prompts_per_step": 4, "dynamic_filtering": True},
+    )
     trainer = Trainer(config)
     metrics = trainer.train_step()  # every reward is 0: GRPO would filter every group
     trainer.close()
     assert metrics["batch/groups_filtered"] == 0 and metrics["batch/groups_kept"] == 4
     assert "skipped" not in metrics
     with pytest.raises(ConfigError, match=r"rollout\.mask_groups_below does not apply to this algorithm"):
-        mopd_config(tiny_model_dir, tmp_path / "run", teachers, {"test/Constant-v0": 1.0},
-                    rollout={"mask_groups_below": 0.5})
+        mopd_config(
+            tiny_model_dir,
+            tmp_path / "run",
+            teachers,
+            {"test/Constant-v0": 1.0},
+            rollout={"mask_groups_below": 0.5},
+        )
 
 
 @pytest.mark.parametrize(
@@ -222,8 +289,14 @@ def test_dynamic_filtering_does_not_apply_and_mask_groups_below_is_refused(tiny_
         ({"normalization": "batch"}, r"mopd\.normalization must be response or token"),
         ({"teacher_dtype": "int8"}, r"mopd\.teacher_dtype"),
         ({"teachers": {"test/SayYes-v0": "/no/such/folder"}}, r"mopd\.teachers\.test/SayYes-v0: model path"),
-        ({"teachers": {"test/SayYes-v0": "auto"}}, r"mopd\.teachers\.test/SayYes-v0: 'auto' is resolved only by a cascade"),
-        ({"teachers": {"test/SayYes-v0": 3}}, r"mopd\.teachers\.test/SayYes-v0 must be a teacher checkpoint folder"),
+        (
+            {"teachers": {"test/SayYes-v0": "auto"}},
+            r"mopd\.teachers\.test/SayYes-v0: 'auto' is resolved only by a cascade",
+        ),
+        (
+            {"teachers": {"test/SayYes-v0": 3}},
+            r"mopd\.teachers\.test/SayYes-v0 must be a teacher checkpoint folder",
+        ),
     ],
 )
 def test_mopd_settings_are_checked_naming_the_key(tiny_model_dir, yes_teacher, tmp_path, mopd, match):
@@ -233,7 +306,9 @@ def test_mopd_settings_are_checked_naming_the_key(tiny_model_dir, yes_teacher, t
 
 
 def test_ray_section_is_validated():
-    config = config_from_dict({"mix": {"envs": {"cascade/MCQA-v0": 1.0}}, "ray": {"address": "auto", "env_actors": 4}})
+    config = config_from_dict(
+        {"mix": {"envs": {"cascade/MCQA-v0": 1.0}}, "ray": {"address": "auto", "env_actors": 4}}
+    )
     assert config.ray.address == "auto" and config.ray.env_actors == 4 and config.ray.actor_options == {}
     assert config_from_dict({"mix": {"envs": {"cascade/MCQA-v0": 1.0}}}).ray.address is None
     with pytest.raises(ConfigError, match=r"ray\.env_actors must be >= 0"):
@@ -254,8 +329,13 @@ def test_shipped_mopd_stage_needs_its_teachers_set_when_loaded_alone():
 def test_shipped_mopd_stage_follows_the_recipe(tiny_model_dir):
     import cascade_envs
 
-    envs = ["cascade/InstructionFollowing-v0", "cascade/MCQA-v0", "cascade/Workplace-v0",
-            "cascade/StructuredOutput-v0", "cascade/Math-v0"]
+    envs = [
+        "cascade/InstructionFollowing-v0",
+        "cascade/MCQA-v0",
+        "cascade/Workplace-v0",
+        "cascade/StructuredOutput-v0",
+        "cascade/Math-v0",
+    ]
     config = load_config(MOPD_YAML, [f"mopd.teachers.{env}={tiny_model_dir}" for env in envs])
     weights, _ = config.mix_weights()
     assert sorted(weights) == sorted(envs) and all(env in cascade_envs.env_specs() for env in envs)

@@ -28,9 +28,13 @@ class ScriptedEngine(RolloutEngine):
     def __init__(self) -> None:
         self.calls = 0
 
-    async def agenerate(self, messages: Any, *, sampling: SamplingParams, thinking: bool = True) -> Completion:
+    async def agenerate(
+        self, messages: Any, *, sampling: SamplingParams, thinking: bool = True
+    ) -> Completion:
         self.calls += 1
-        return Completion("answer", finish_reason="stop", token_ids=[7], logprobs=[-0.5], prompt_token_ids=[1, 2, 3])
+        return Completion(
+            "answer", finish_reason="stop", token_ids=[7], logprobs=[-0.5], prompt_token_ids=[1, 2, 3]
+        )
 
     def sync_weights(self, model: Any) -> None:
         pass
@@ -67,8 +71,13 @@ def _register() -> None:
 
 
 def make_builder(env_id: str, *, max_oversampling: float, max_rounds: int, prompts: int = 4) -> BatchBuilder:
-    rollout = RolloutConfig(max_tokens=4, group_size=GROUP, prompts_per_step=prompts, max_rounds=max_rounds,
-                            max_oversampling=max_oversampling)
+    rollout = RolloutConfig(
+        max_tokens=4,
+        group_size=GROUP,
+        prompts_per_step=prompts,
+        max_rounds=max_rounds,
+        max_oversampling=max_oversampling,
+    )
     return BatchBuilder(ScriptedEngine(), EnvMix({env_id: 1.0}, seed=0), GRPOAdvantages(rollout), rollout)
 
 
@@ -121,9 +130,14 @@ def test_each_round_plays_the_shortfall_over_the_keep_rate_and_no_more_than_the_
     for _ in range(6):
         kept[0] = 0
         batch = builder.build()
-        assert len(batch.played) == sum(n for n, _ in sizes[-batch.rounds:])
-        assert len(batch.played) == (len(batch.groups) + batch.groups_surplus + batch.groups_filtered
-                                     + batch.groups_masked + batch.groups_below_threshold)
+        assert len(batch.played) == sum(n for n, _ in sizes[-batch.rounds :])
+        assert len(batch.played) == (
+            len(batch.groups)
+            + batch.groups_surplus
+            + batch.groups_filtered
+            + batch.groups_masked
+            + batch.groups_below_threshold
+        )
     assert sizes[0] == (5, 4)  # first round of the run: 4 / 0.75
     for asked, needed_at_most in sizes:
         assert asked <= 2 * needed_at_most

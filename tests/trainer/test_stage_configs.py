@@ -11,9 +11,21 @@ from cascade_envs.trainer.checks import load_config
 from cascade_envs.trainer.config import Config, ConfigError
 from cascade_envs.trainer.typed_yaml import read_yaml
 
-STAGES = ["if_rl", "multi_domain_rl", "mopd", "rlhf", "long_context_rl", "code_rl", "swe_agentless_rl", "swe_rl"]
-JUDGED = {"rlhf": "cascade/GenRM-v0", "long_context_rl": "cascade/LongContextQA-v0",
-          "swe_agentless_rl": "cascade/AgentlessRepair-v0"}
+STAGES = [
+    "if_rl",
+    "multi_domain_rl",
+    "mopd",
+    "rlhf",
+    "long_context_rl",
+    "code_rl",
+    "swe_agentless_rl",
+    "swe_rl",
+]
+JUDGED = {
+    "rlhf": "cascade/GenRM-v0",
+    "long_context_rl": "cascade/LongContextQA-v0",
+    "swe_agentless_rl": "cascade/AgentlessRepair-v0",
+}
 
 
 def load_stage(name: str, model: str) -> Config:
@@ -22,7 +34,9 @@ def load_stage(name: str, model: str) -> Config:
     if name in JUDGED:
         overrides.append(f"mix.envs.{JUDGED[name]}.kwargs.judge_url=http://127.0.0.1:8011/v1")
     if name == "mopd":
-        overrides += [f"mopd.teachers.{env}={model}" for env in read_yaml(find_config(name))["mopd"]["teachers"]]
+        overrides += [
+            f"mopd.teachers.{env}={model}" for env in read_yaml(find_config(name))["mopd"]["teachers"]
+        ]
     return load_config(find_config(name), overrides)
 
 
@@ -39,7 +53,9 @@ def test_every_stage_config_is_shipped_under_its_name_and_loads(tiny_model_dir):
                 load_config(find_config(name), [f"model.path={tiny_model_dir}"])
             continue
         config = load_stage(name, str(tiny_model_dir))
-        assert config.rollout.temperature == 1.0 and config.rollout.top_p == 1.0  # RECIPE.md: every GRPO stage
+        assert (
+            config.rollout.temperature == 1.0 and config.rollout.top_p == 1.0
+        )  # RECIPE.md: every GRPO stage
         assert config.model.path == str(tiny_model_dir)
 
 
@@ -55,7 +71,10 @@ def test_stage_numbers_match_the_recipe(stages):
     assert r["if_rl"].thinking is True and r["if_rl"].dynamic_filtering is True
     assert r["rlhf"].thinking is True and r["rlhf"].max_tokens == 16384
     assert stages["multi_domain_rl"].mix_weights()[0] == {
-        "cascade/MCQA-v0": 0.55, "cascade/Workplace-v0": 0.30, "cascade/StructuredOutput-v0": 0.15}
+        "cascade/MCQA-v0": 0.55,
+        "cascade/Workplace-v0": 0.30,
+        "cascade/StructuredOutput-v0": 0.15,
+    }
     _, kwargs = stages["rlhf"].mix_weights()
     assert kwargs["cascade/GenRM-v0"]["strategy"] == "all_pairs"
     _, kwargs = stages["long_context_rl"].mix_weights()
@@ -67,7 +86,10 @@ def test_stage_numbers_match_the_recipe(stages):
     assert spec("cascade/AgentlessRepair-v0").load().max_episode_tokens == 98304
     assert (r["swe_rl"].prompts_per_step, r["swe_rl"].group_size) == (16, 64)  # RECIPE.md: 16 x 64
     _, kwargs = stages["swe_rl"].mix_weights()
-    assert (kwargs["cascade/SWE-v0"]["max_turns"], kwargs["cascade/SWE-v0"]["max_episode_tokens"]) == (200, 262144)
+    assert (kwargs["cascade/SWE-v0"]["max_turns"], kwargs["cascade/SWE-v0"]["max_episode_tokens"]) == (
+        200,
+        262144,
+    )
 
 
 def test_judged_stages_default_to_no_judge_and_mopd_to_recipe(tiny_model_dir):
@@ -85,8 +107,20 @@ def test_pipeline_files_load_and_every_stage_builds(name, tiny_model_dir, tmp_pa
     pipeline = load_pipeline(find_config(name), [f"model.path={tiny_model_dir}", f"output_dir={tmp_path}"])
     CascadeRunner(pipeline).check()  # every stage config builds, MOPD's auto teachers are all evaluated
     names = [s.name for s in pipeline.stages]
-    assert names == ["if_rl", "multi_domain_rl", "rlhf_teacher", "mopd", "rlhf", "long_context_rl", "code_rl",
-                     "swe_agentless_rl", "swe_rl"][: len(names)]  # RECIPE.md's order; the smoke has no swe_rl
+    assert (
+        names
+        == [
+            "if_rl",
+            "multi_domain_rl",
+            "rlhf_teacher",
+            "mopd",
+            "rlhf",
+            "long_context_rl",
+            "code_rl",
+            "swe_agentless_rl",
+            "swe_rl",
+        ][: len(names)]
+    )  # RECIPE.md's order; the smoke has no swe_rl
     assert name == "cascade_smoke" or names[-1] == "swe_rl"
     branch = pipeline.stage("rlhf_teacher")
     assert (branch.config, branch.init, branch.chain) == ("rlhf", "start", False)

@@ -66,7 +66,11 @@ def test_grpo_group_rules_live_in_its_advantage_estimator():
     assert estimator([1.0, 0.0, 1.0], [True, False, False]) == Skip("too_few")
     verdict = estimator([1.0, 0.0, 0.5, 9.0], [True, True, True, False])
     assert isinstance(verdict, Advantages)
-    assert verdict.values[3] == 0.0 and verdict.values[0] == pytest.approx(1.0) and verdict.values[1] == pytest.approx(-1.0)
+    assert (
+        verdict.values[3] == 0.0
+        and verdict.values[0] == pytest.approx(1.0)
+        and verdict.values[1] == pytest.approx(-1.0)
+    )
     assert grpo(dynamic_filtering=False)([1.0, 1.0], [True, True]) == Advantages((0.0, 0.0))
 
 
@@ -80,7 +84,9 @@ def test_grpo_loss_strategy_matches_the_public_loss():
     logp = torch.randn(2, 5, requires_grad=True)
     mask = torch.tensor([[1, 1, 0, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.float32)
     advantages = torch.tensor([1.0, -0.5])
-    loss, _ = GRPO(OptimConfig(), MOPDConfig()).loss(LossInputs(logp, mask, advantages, num_tokens=8.0, num_sequences=2))
+    loss, _ = GRPO(OptimConfig(), MOPDConfig()).loss(
+        LossInputs(logp, mask, advantages, num_tokens=8.0, num_sequences=2)
+    )
     assert torch.equal(loss, grpo_loss(logp, advantages, mask, num_tokens=8.0))
 
 
@@ -98,22 +104,35 @@ def test_unknown_algorithm_names_the_known_ones():
 def test_group_size_rule_is_grpos_not_the_loops():
     with pytest.raises(ConfigError, match="GRPO compares rollouts"):
         config_from_dict({"mix": {"envs": {"cascade/MCQA-v0": 1.0}}, "rollout": {"group_size": 1}})
-    config = config_from_dict({"algorithm": "test-anchored", "mix": {"envs": {"cascade/MCQA-v0": 1.0}},
-                               "rollout": {"group_size": 1}})
+    config = config_from_dict(
+        {
+            "algorithm": "test-anchored",
+            "mix": {"envs": {"cascade/MCQA-v0": 1.0}},
+            "rollout": {"group_size": 1},
+        }
+    )
     assert config.rollout.group_size == 1
 
 
 def test_the_loop_runs_another_strategy_with_its_sources(tiny_model_dir, tmp_path):
     InferenceAnchored.seen.clear()
-    config = config_from_dict({
-        "algorithm": "test-anchored",
-        "model": {"path": str(tiny_model_dir)},
-        "mix": {"envs": {"test/SayYes-v0": 1.0}},
-        "rollout": {"group_size": 1, "prompts_per_step": 4, "max_tokens": 6},
-        "optim": {"lr": 1e-3, "micro_batch_size": 2},
-        "train": {"steps": 1, "output_dir": str(tmp_path / "run"), "save_every": 100,
-                  "tensorboard": False, "progress": False, "plot": False},
-    })
+    config = config_from_dict(
+        {
+            "algorithm": "test-anchored",
+            "model": {"path": str(tiny_model_dir)},
+            "mix": {"envs": {"test/SayYes-v0": 1.0}},
+            "rollout": {"group_size": 1, "prompts_per_step": 4, "max_tokens": 6},
+            "optim": {"lr": 1e-3, "micro_batch_size": 2},
+            "train": {
+                "steps": 1,
+                "output_dir": str(tmp_path / "run"),
+                "save_every": 100,
+                "tensorboard": False,
+                "progress": False,
+                "plot": False,
+            },
+        }
+    )
     trainer = Trainer(config)
     metrics = trainer.train_step()
     trainer.close()
@@ -149,7 +168,9 @@ def test_mopd_strategy_loss_and_metrics_over_micro_batches():
     from cascade_envs.trainer.losses import mopd_loss
 
     logp = torch.tensor([[-1.0, -2.0, -0.5, 0.0], [-0.2, -0.4, -1.0, -3.0]])
-    inf = torch.tensor([[-1.0, float("nan"), -1.5, 0.0], [-0.2, -0.4, -1.0, -3.0]])  # ratio e (gated) at [0, 2]
+    inf = torch.tensor(
+        [[-1.0, float("nan"), -1.5, 0.0], [-0.2, -0.4, -1.0, -3.0]]
+    )  # ratio e (gated) at [0, 2]
     teacher = torch.tensor([[-0.5, -1.0, -1.0, 0.0], [-0.1, -0.1, -2.0, -3.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
     top1 = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
@@ -159,8 +180,9 @@ def test_mopd_strategy_loss_and_metrics_over_micro_batches():
     for rows, env in ((slice(0, 1), "a"), (slice(1, 2), "b")):
         x = logp[rows].clone().requires_grad_(True)
         sources = {"inference": SourceTensors(inf[rows]), "teacher": SourceTensors(teacher[rows], top1[rows])}
-        inputs = LossInputs(x, mask[rows], torch.zeros(1), num_tokens=7.0, num_sequences=2, sources=sources,
-                            env_ids=(env,))
+        inputs = LossInputs(
+            x, mask[rows], torch.zeros(1), num_tokens=7.0, num_sequences=2, sources=sources, env_ids=(env,)
+        )
         loss, metrics = strategy.loss(inputs)
         total = total + loss.detach()
         for key, value in metrics.items():
@@ -180,7 +202,10 @@ def test_mopd_strategy_loss_and_metrics_over_micro_batches():
 
 
 def test_mopd_refuses_tokens_the_teacher_did_not_score():
-    sources = {"inference": SourceTensors(torch.zeros(1, 2)), "teacher": SourceTensors(torch.tensor([[0.0, float("nan")]]))}
+    sources = {
+        "inference": SourceTensors(torch.zeros(1, 2)),
+        "teacher": SourceTensors(torch.tensor([[0.0, float("nan")]])),
+    }
     inputs = LossInputs(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1), 2.0, 1, sources=sources)
     with pytest.raises(ValueError, match="1 trained token"):
         mopd_strategy().loss(inputs)

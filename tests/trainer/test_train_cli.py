@@ -16,14 +16,23 @@ from cascade_envs.trainer.cli import train_main
 @pytest.fixture
 def config_file(tiny_model_dir, tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "tiny",
-        "model": {"path": str(tiny_model_dir)},
-        "mix": {"envs": {"test/SayYes-v0": 0.5, "test/HalfBroken-v0": 0.5}},
-        "rollout": {"group_size": 4, "prompts_per_step": 4, "max_tokens": 6},
-        "optim": {"lr": 3e-3},
-        "train": {"steps": 2, "output_dir": str(tmp_path / "out"), "save_every": 1, "progress": False},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "model": {"path": str(tiny_model_dir)},
+                "mix": {"envs": {"test/SayYes-v0": 0.5, "test/HalfBroken-v0": 0.5}},
+                "rollout": {"group_size": 4, "prompts_per_step": 4, "max_tokens": 6},
+                "optim": {"lr": 3e-3},
+                "train": {
+                    "steps": 2,
+                    "output_dir": str(tmp_path / "out"),
+                    "save_every": 1,
+                    "progress": False,
+                },
+            }
+        )
+    )
     return path
 
 
@@ -52,9 +61,14 @@ def test_cli_wiring_and_errors(config_file, capsys):
 
 @pytest.mark.parametrize(
     ("override", "key"),
-    [("optim.lr=.inf", "optim.lr"), ("optim.lr=1e999", "optim.lr"), ("rollout.temperature=-1", "rollout.temperature"),
-     ("rollout.top_p=0", "rollout.top_p"), ("optim.betas=[0.9, 1]", "optim.betas[1]"),
-     ("optim.kl_coef=.nan", "optim.kl_coef")],
+    [
+        ("optim.lr=.inf", "optim.lr"),
+        ("optim.lr=1e999", "optim.lr"),
+        ("rollout.temperature=-1", "rollout.temperature"),
+        ("rollout.top_p=0", "rollout.top_p"),
+        ("optim.betas=[0.9, 1]", "optim.betas[1]"),
+        ("optim.kl_coef=.nan", "optim.kl_coef"),
+    ],
 )
 def test_settings_that_ruin_a_run_fail_at_once(config_file, tmp_path, capsys, override, key):
     start = time.monotonic()
@@ -76,12 +90,16 @@ def test_resume_says_so_skips_unreadable_and_stray_checkpoints(config_file, tmp_
     root = tmp_path / "out" / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["step_000001", "step_000002"]
     capsys.readouterr()
-    assert main(["train", str(config_file), "--set", "train.steps=3", "--set", "train.keep_checkpoints=5"]) == 0
+    assert (
+        main(["train", str(config_file), "--set", "train.steps=3", "--set", "train.keep_checkpoints=5"]) == 0
+    )
     assert f"resumed from step 2 ({root / 'step_000002'})" in capsys.readouterr().err
 
     (root / "step_000003" / "trainer_state.pt").write_bytes(b"PK\x03\x04 truncated")
     shutil.copytree(root / "step_000001", root / "step_latest")
-    assert main(["train", str(config_file), "--set", "train.steps=4", "--set", "train.keep_checkpoints=5"]) == 0
+    assert (
+        main(["train", str(config_file), "--set", "train.steps=4", "--set", "train.keep_checkpoints=5"]) == 0
+    )
     err = capsys.readouterr().err
     assert f"checkpoint {root / 'step_000003'} is unreadable" in caplog.text  # a warning (stderr in a shell)
     assert f"resumed from step 2 ({root / 'step_000002'})" in err

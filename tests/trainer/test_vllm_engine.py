@@ -31,7 +31,10 @@ from tests.trainer.toys import ROLES, WORDS, tiny_model, tiny_tokenizer
 pytestmark = pytest.mark.slow
 
 TOL = 1e-4  # float32 on both sides; the measured max |diff| is <= 2e-5
-MESSAGES = [[{"role": "user", "content": "say the word yes"}], [{"role": "user", "content": "one two red blue"}]]
+MESSAGES = [
+    [{"role": "user", "content": "say the word yes"}],
+    [{"role": "user", "content": "one two red blue"}],
+]
 
 
 def perturb(model: torch.nn.Module, seed: int, scale: float = 0.3) -> None:
@@ -173,7 +176,9 @@ def test_an_overflowing_multi_turn_episode_is_truncated_not_masked(setup):
     from cascade_envs.rollout import RolloutRunner
 
     engine, _, _ = setup
-    sampling = SamplingParams(max_tokens=8, temperature=0.0, stop=[*WORDS, *ROLES])  # each turn ends on a word
+    sampling = SamplingParams(
+        max_tokens=8, temperature=0.0, stop=[*WORDS, *ROLES]
+    )  # each turn ends on a word
     runner = RolloutRunner(engine, sampling=sampling, envs={"t/Long-v0": LongTurns()})
     (group,) = runner.run([("t/Long-v0", {"prompt": "say the word yes"})])
     (episode,) = group.episodes

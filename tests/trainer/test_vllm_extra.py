@@ -22,7 +22,9 @@ def test_missing_vllm_names_the_extra(monkeypatch, tmp_path):
     from cascade_envs.trainer.engine import make_engine
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
     with pytest.raises(CascadeError, match=r"pip install 'cascade-envs\[vllm\]'") as info:
         make_engine(RolloutConfig(engine="vllm"), str(tmp_path), None)
     assert "\n" not in str(info.value)

@@ -56,8 +56,9 @@ def teacher(teacher_dir):
     needs_vllm()
     from cascade_envs.trainer.vllm_teacher import VLLMTeacher
 
-    scorer = VLLMTeacher("mopd.default_teacher", teacher_dir, temperature=1.0, dtype="float32", max_model_len=128,
-                         seed=0)
+    scorer = VLLMTeacher(
+        "mopd.default_teacher", teacher_dir, temperature=1.0, dtype="float32", max_model_len=128, seed=0
+    )
     yield scorer
     scorer.close()
 
@@ -69,8 +70,11 @@ def sequences(n: int = 6, seed: int = 0) -> list[TrainSequence]:
     words = tok.convert_tokens_to_ids(WORDS)
     out = []
     for i in range(n):
-        prompt = tok.apply_chat_template([{"role": "user", "content": " ".join(WORDS[i:i + 3])}],
-                                         add_generation_prompt=True, tokenize=False)
+        prompt = tok.apply_chat_template(
+            [{"role": "user", "content": " ".join(WORDS[i : i + 3])}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
         prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
         length = 3 + int(torch.randint(12, (1,), generator=gen))
         response = [words[j] for j in torch.randint(len(words), (length,), generator=gen).tolist()]
@@ -87,8 +91,9 @@ def hf_scores(teacher_dir: Path, seqs: list[TrainSequence], temperature: float =
     model = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
     # One sequence per micro-batch: the shared-prompt path of ``response_logits`` currently attends
     # with the loss mask, so env tokens (loss mask 0) would be hidden from later positions.
-    return HFScorer("hf", model, pad_id=tiny_tokenizer().pad_token_id, micro_batch_size=1,
-                     temperature=temperature).score(seqs)
+    return HFScorer(
+        "hf", model, pad_id=tiny_tokenizer().pad_token_id, micro_batch_size=1, temperature=temperature
+    ).score(seqs)
 
 
 @pytest.mark.slow
@@ -101,7 +106,7 @@ def greedy_sequence(teacher_dir: Path, prompt_ids: list[int], n: int = 6) -> Tra
     with torch.no_grad():
         for _ in range(n):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return TrainSequence(list(prompt_ids), ids[len(prompt_ids):], 0.0, ENV_A)
+    return TrainSequence(list(prompt_ids), ids[len(prompt_ids) :], 0.0, ENV_A)
 
 
 def test_scores_match_the_transformers_teacher_in_one_generate_call(teacher, teacher_dir):
@@ -120,7 +125,9 @@ def test_scores_match_the_transformers_teacher_in_one_generate_call(teacher, tea
     assert all(got[-1].top1), "the teacher's greedy continuation is its top-1 everywhere"
     assert not all(f for g in got[:-1] for f in g.top1), "random words are not all top-1"
     again = teacher.score(seqs)  # the same prompts again (prefix caching is on by default)
-    assert [a.logprobs for a in again] == [g.logprobs for g in got] and [a.top1 for a in again] == [g.top1 for g in got]
+    assert [a.logprobs for a in again] == [g.logprobs for g in got] and [a.top1 for a in again] == [
+        g.top1 for g in got
+    ]
     assert teacher.score([]) == []
 
 
@@ -131,11 +138,12 @@ def test_vllm_prompt_logprobs_ignore_the_request_temperature(teacher, teacher_di
 
     seqs = sequences(2, seed=1)
     params = vllm.SamplingParams(max_tokens=1, temperature=0.7, prompt_logprobs=0, detokenize=False)
-    outs = teacher.llm.generate([{"prompt_token_ids": s.prompt_ids + s.response_ids} for s in seqs], params,
-                                use_tqdm=False)
+    outs = teacher.llm.generate(
+        [{"prompt_token_ids": s.prompt_ids + s.response_ids} for s in seqs], params, use_tqdm=False
+    )
     raw, scaled = hf_scores(teacher_dir, seqs), hf_scores(teacher_dir, seqs, temperature=0.7)
     for out, seq, r, s in zip(outs, seqs, raw, scaled, strict=True):
-        steps = out.prompt_logprobs[len(seq.prompt_ids):]
+        steps = out.prompt_logprobs[len(seq.prompt_ids) :]
         got = torch.tensor([step[t].logprob for step, t in zip(steps, seq.response_ids, strict=True)])
         assert (got - torch.tensor(r.logprobs)).abs().max() < TOL
         assert (got - torch.tensor(s.logprobs)).abs().max() > 0.01
@@ -151,8 +159,9 @@ def test_sequences_that_do_not_fit_fail_naming_the_key(teacher):
 
 
 @pytest.mark.slow
-def test_a_mopd_trainer_with_vllm_teachers_generates_once_per_teacher_per_step(teacher, teacher_dir, tiny_model_dir,
-                                                                                 tmp_path, monkeypatch):
+def test_a_mopd_trainer_with_vllm_teachers_generates_once_per_teacher_per_step(
+    teacher, teacher_dir, tiny_model_dir, tmp_path, monkeypatch
+):
     """``load_teachers`` builds a VLLMTeacher per teacher folder (here the module's engine, to start vLLM once)."""
     from cascade_envs.trainer import teachers
     from cascade_envs.trainer.loop import Trainer
@@ -164,11 +173,22 @@ def test_a_mopd_trainer_with_vllm_teachers_generates_once_per_teacher_per_step(t
         return teacher
 
     monkeypatch.setattr(teachers, "VLLMTeacher", build)
-    config = mopd_config(tiny_model_dir, tmp_path, {ENV_A: str(teacher_dir)}, default=str(teacher_dir),
-                         teacher_engine="vllm", teacher_engine_kwargs={"max_model_len": 128})
+    config = mopd_config(
+        tiny_model_dir,
+        tmp_path,
+        {ENV_A: str(teacher_dir)},
+        default=str(teacher_dir),
+        teacher_engine="vllm",
+        teacher_engine_kwargs={"max_model_len": 128},
+    )
     trainer = Trainer(config)
-    assert built == [(f"mopd.teachers.{ENV_A}", str(teacher_dir.resolve()),
-                      {"temperature": 1.0, "dtype": "float32", "max_model_len": 128})]
+    assert built == [
+        (
+            f"mopd.teachers.{ENV_A}",
+            str(teacher_dir.resolve()),
+            {"temperature": 1.0, "dtype": "float32", "max_model_len": 128},
+        )
+    ]
     assert trainer.sources["teacher"].scorer_of(ENV_A) == trainer.sources["teacher"].scorer_of(ENV_B)
     calls = teacher.generate_calls
     for step in range(2):
@@ -177,29 +197,52 @@ def test_a_mopd_trainer_with_vllm_teachers_generates_once_per_teacher_per_step(t
     trainer.close()
 
 
-def mopd_config(student: Path, out: Path, teachers: dict[str, str], default: str | None = None,
-                temperature: float = 1.0, **mopd: Any) -> Any:
-    return config_from_dict({
-        "algorithm": "mopd",
-        "model": {"path": str(student)},
-        "mix": {"envs": {ENV_A: 1.0, ENV_B: 1.0}},
-        "mopd": {"teachers": teachers, "default_teacher": default, **mopd},
-        "rollout": {"group_size": 1, "prompts_per_step": 4, "max_tokens": 6, "temperature": temperature},
-        "optim": {"lr": 1e-3, "micro_batch_size": 4},
-        "train": {"steps": 2, "output_dir": str(out / "run"), "save_every": 100, "tensorboard": False,
-                  "progress": False, "plot": False},
-    })
+def mopd_config(
+    student: Path,
+    out: Path,
+    teachers: dict[str, str],
+    default: str | None = None,
+    temperature: float = 1.0,
+    **mopd: Any,
+) -> Any:
+    return config_from_dict(
+        {
+            "algorithm": "mopd",
+            "model": {"path": str(student)},
+            "mix": {"envs": {ENV_A: 1.0, ENV_B: 1.0}},
+            "mopd": {"teachers": teachers, "default_teacher": default, **mopd},
+            "rollout": {"group_size": 1, "prompts_per_step": 4, "max_tokens": 6, "temperature": temperature},
+            "optim": {"lr": 1e-3, "micro_batch_size": 4},
+            "train": {
+                "steps": 2,
+                "output_dir": str(out / "run"),
+                "save_every": 100,
+                "tensorboard": False,
+                "progress": False,
+                "plot": False,
+            },
+        }
+    )
 
 
-@pytest.mark.parametrize(("mopd", "temperature", "match"), [
-    ({"teacher_engine": "sglang"}, 1.0, "mopd.teacher_engine must be hf or vllm"),
-    ({"teacher_engine_kwargs": ["max_model_len"]}, 1.0, "mopd.teacher_engine_kwargs: expected a mapping"),
-    ({"teacher_engine": "vllm"}, 0.7, "mopd.teacher_engine: vllm scores with the raw"),
-])
-def test_teacher_engine_settings_are_checked_naming_the_key(tiny_model_dir, tmp_path, mopd, temperature, match):
+@pytest.mark.parametrize(
+    ("mopd", "temperature", "match"),
+    [
+        ({"teacher_engine": "sglang"}, 1.0, "mopd.teacher_engine must be hf or vllm"),
+        ({"teacher_engine_kwargs": ["max_model_len"]}, 1.0, "mopd.teacher_engine_kwargs: expected a mapping"),
+        ({"teacher_engine": "vllm"}, 0.7, "mopd.teacher_engine: vllm scores with the raw"),
+    ],
+)
+def test_teacher_engine_settings_are_checked_naming_the_key(
+    tiny_model_dir, tmp_path, mopd, temperature, match
+):
     with pytest.raises(ConfigError, match=match):
-        mopd_config(tiny_model_dir, tmp_path, {}, default=str(tiny_model_dir), temperature=temperature, **mopd)
-    mopd_config(tiny_model_dir, tmp_path, {}, default=str(tiny_model_dir), temperature=0.0, teacher_engine="vllm")
+        mopd_config(
+            tiny_model_dir, tmp_path, {}, default=str(tiny_model_dir), temperature=temperature, **mopd
+        )
+    mopd_config(
+        tiny_model_dir, tmp_path, {}, default=str(tiny_model_dir), temperature=0.0, teacher_engine="vllm"
+    )
 
 
 def test_the_vllm_teacher_refuses_other_temperatures_and_names_a_missing_vllm(tmp_path, monkeypatch):
@@ -208,6 +251,8 @@ def test_the_vllm_teacher_refuses_other_temperatures_and_names_a_missing_vllm(tm
     real = importlib.util.find_spec
     with pytest.raises(CascadeError, match=r"needs mopd\.teacher_engine: hf"):
         VLLMTeacher("mopd.default_teacher", tmp_path, temperature=0.7)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
     with pytest.raises(CascadeError, match=r"pip install 'cascade-envs\[vllm\]'"):
         VLLMTeacher("mopd.default_teacher", tmp_path, temperature=1.0)

@@ -43,14 +43,49 @@ import json
 import os
 import sys
 
-RUN_METHODS = ("run", "__call__", "debug", "_callTestMethod", "_callSetUp", "_callTearDown", "_callCleanup",
-               "doCleanups", "defaultTestResult", "_addSkip", "_feedErrorsToResult", "runtest", "_prunetraceback")
-UNITTEST_MODULES = ("unittest.case", "unittest.result", "unittest.suite", "unittest.loader", "unittest.util",
-                    "builtins")
-PYTEST_MODULES = ("_pytest.runner", "_pytest.reports", "_pytest.python", "_pytest.main", "_pytest.skipping",
-                  "_pytest.outcomes", "_pytest.unittest", "_pytest.nodes", "_pytest.fixtures", "_pytest.config",
-                  "_pytest.terminal", "pluggy._callers", "pluggy._hooks", "pluggy._manager", "pluggy.callers",
-                  "pluggy.hooks", "pluggy.manager", "builtins")
+RUN_METHODS = (
+    "run",
+    "__call__",
+    "debug",
+    "_callTestMethod",
+    "_callSetUp",
+    "_callTearDown",
+    "_callCleanup",
+    "doCleanups",
+    "defaultTestResult",
+    "_addSkip",
+    "_feedErrorsToResult",
+    "runtest",
+    "_prunetraceback",
+)
+UNITTEST_MODULES = (
+    "unittest.case",
+    "unittest.result",
+    "unittest.suite",
+    "unittest.loader",
+    "unittest.util",
+    "builtins",
+)
+PYTEST_MODULES = (
+    "_pytest.runner",
+    "_pytest.reports",
+    "_pytest.python",
+    "_pytest.main",
+    "_pytest.skipping",
+    "_pytest.outcomes",
+    "_pytest.unittest",
+    "_pytest.nodes",
+    "_pytest.fixtures",
+    "_pytest.config",
+    "_pytest.terminal",
+    "pluggy._callers",
+    "pluggy._hooks",
+    "pluggy._manager",
+    "pluggy.callers",
+    "pluggy.hooks",
+    "pluggy.manager",
+    "builtins",
+)
 MAX_DETAIL = 300
 
 
@@ -112,8 +147,9 @@ class Guard:
     @staticmethod
     def _hooks():
         hooks = [("a trace function", sys.gettrace()), ("a profile function", sys.getprofile())]
-        return [(what, h) for what, h in hooks if h is not None] + [("an import hook", h) for h in [*sys.meta_path,
-                                                                                                    *sys.path_hooks]]
+        return [(what, h) for what, h in hooks if h is not None] + [
+            ("an import hook", h) for h in [*sys.meta_path, *sys.path_hooks]
+        ]
 
     def agent_file(self, obj):
         """The agent-written file ``obj``'s code comes from (or a marker for code without a file), or ``None``."""
@@ -195,7 +231,7 @@ class Channel:
     def emit(self, record):
         data = (self.nonce + " " + json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
         while data:
-            data = data[self.write(self.fd, data):]
+            data = data[self.write(self.fd, data) :]
 
     def test(self, test_id, status, detail=""):
         self.reported += 1
@@ -352,7 +388,9 @@ def main():
         agent_paths = frozenset(request.get("agent_paths") or ())
 
         def guard_for(modules, extra):
-            return Guard(root, agent_paths, modules, [("result channel", channel), ("channel class", Channel), *extra])
+            return Guard(
+                root, agent_paths, modules, [("result channel", channel), ("channel class", Channel), *extra]
+            )
 
         run = run_pytest if request["framework"] == "pytest" else run_unittest
         tampered = run(request, channel, guard_for, root)

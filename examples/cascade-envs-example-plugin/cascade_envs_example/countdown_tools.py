@@ -83,8 +83,9 @@ class CountdownToolsEnv(Env[CountdownTask]):
         episode.state = None
 
     async def aturn(self, episode: Episode[CountdownTask], completion: Completion) -> Turn:
-        tools = await self.toolbox.aturn(completion, {"board": episode.state},
-                                         max_calls=self.max_calls_per_turn, parser=self.tool_parser)
+        tools = await self.toolbox.aturn(
+            completion, {"board": episode.state}, max_calls=self.max_calls_per_turn, parser=self.tool_parser
+        )
         return Turn(tools.messages, done=tools.ended, info=tools.info)
 
     async def ascore_episode(self, episode: Episode[CountdownTask], answer: str) -> Reward:
@@ -93,7 +94,9 @@ class CountdownToolsEnv(Env[CountdownTask]):
             return Reward.failed("the board was released before the episode was scored")
         target, stated = episode.task.target, last_answer(answer)
         if stated is None or stated.strip() != str(target):
-            return Reward.zero(f"the final reply does not give <answer>{target}</answer>", numbers=board.numbers)
+            return Reward.zero(
+                f"the final reply does not give <answer>{target}</answer>", numbers=board.numbers
+            )
         if target not in board.numbers:
             return Reward.zero(f"{target} is not one of the numbers {board.numbers}", numbers=board.numbers)
         return Reward(1.0, {"numbers": board.numbers})

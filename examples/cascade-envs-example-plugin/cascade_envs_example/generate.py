@@ -19,7 +19,9 @@ DEFAULT_COUNT = 20
 TARGET_RANGE = (10, 999)
 
 
-def _combine(rng: random.Random, a: tuple[Fraction, str], b: tuple[Fraction, str]) -> tuple[Fraction, str] | None:
+def _combine(
+    rng: random.Random, a: tuple[Fraction, str], b: tuple[Fraction, str]
+) -> tuple[Fraction, str] | None:
     """Join two sub-expressions with a random operator whose result is a positive integer."""
     (x, ex), (y, ey) = a, b
     options = [(x + y, "+"), (x * y, "*")]
@@ -50,7 +52,12 @@ def make_task(rng: random.Random, index: int) -> dict:
         value, expression = pool[0]
         target = int(value)
         if TARGET_RANGE[0] <= target <= TARGET_RANGE[1] and target not in nums:
-            return {"id": f"countdown-{index:03d}", "nums": nums, "target": target, "solution": expression[1:-1]}
+            return {
+                "id": f"countdown-{index:03d}",
+                "nums": nums,
+                "target": target,
+                "solution": expression[1:-1],
+            }
 
 
 def generate(seed: int = DEFAULT_SEED, count: int = DEFAULT_COUNT) -> list[dict]:

@@ -11,7 +11,9 @@ from cascade_envs.plugins import hookimpl
 @hookimpl
 def cascade_envs_register_envs(register) -> None:
     register("example/Countdown-v0", entry_point="cascade_envs_example.countdown:CountdownEnv")
-    register("example/CountdownTools-v0", entry_point="cascade_envs_example.countdown_tools:CountdownToolsEnv")
+    register(
+        "example/CountdownTools-v0", entry_point="cascade_envs_example.countdown_tools:CountdownToolsEnv"
+    )
     register(
         "example/GuessNumber-v0",
         entry_point="cascade_envs_example.guess:GuessNumberEnv",

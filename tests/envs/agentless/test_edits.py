@@ -44,11 +44,15 @@ def test_a_block_is_read_exactly_with_its_indentation_and_blank_lines():
 
 
 def test_fences_are_optional_and_one_path_line_serves_several_blocks():
-    text = ("Some prose first.\n### pkg/calc.py\n<<<<<<< SEARCH\n    return a + b\n=======\n    return b + a\n"
-            ">>>>>>> REPLACE\n<<<<<<< SEARCH\n    return a - b\n=======\n    return -(b - a)\n>>>>>>> REPLACE\n")
+    text = (
+        "Some prose first.\n### pkg/calc.py\n<<<<<<< SEARCH\n    return a + b\n=======\n    return b + a\n"
+        ">>>>>>> REPLACE\n<<<<<<< SEARCH\n    return a - b\n=======\n    return -(b - a)\n>>>>>>> REPLACE\n"
+    )
     edits = parse_edits(text)
     assert [e.path for e in edits] == ["pkg/calc.py", "pkg/calc.py"]
-    assert apply_edits(FILES, edits)["pkg/calc.py"] == CALC.replace("a + b", "b + a").replace("a - b", "-(b - a)")
+    assert apply_edits(FILES, edits)["pkg/calc.py"] == CALC.replace("a + b", "b + a").replace(
+        "a - b", "-(b - a)"
+    )
 
 
 def test_marker_lines_may_have_trailing_spaces_and_a_blank_line_after_the_path():
@@ -70,16 +74,19 @@ def test_a_divider_line_outside_a_block_is_prose():
     assert len(parse_edits(text)) == 1
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("I would change add() to return b + a.", "no SEARCH/REPLACE edit found"),
-    ("", "no SEARCH/REPLACE edit found"),
-    ("<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE", "no '### path' line"),
-    ("### a.py\n<<<<<<< SEARCH\nx\n=======\ny\n", "never reaches"),
-    ("### a.py\n<<<<<<< SEARCH\nx\n>>>>>>> REPLACE", "has no '======='"),
-    ("### a.py\n<<<<<<< SEARCH\nx\n=======\ny\n=======\nz\n>>>>>>> REPLACE", "a second '======='"),
-    ("### a.py\n<<<<<<< SEARCH\nx\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE", "starts before"),
-    ("### a.py\nx\n>>>>>>> REPLACE", "without a SEARCH block"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("I would change add() to return b + a.", "no SEARCH/REPLACE edit found"),
+        ("", "no SEARCH/REPLACE edit found"),
+        ("<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE", "no '### path' line"),
+        ("### a.py\n<<<<<<< SEARCH\nx\n=======\ny\n", "never reaches"),
+        ("### a.py\n<<<<<<< SEARCH\nx\n>>>>>>> REPLACE", "has no '======='"),
+        ("### a.py\n<<<<<<< SEARCH\nx\n=======\ny\n=======\nz\n>>>>>>> REPLACE", "a second '======='"),
+        ("### a.py\n<<<<<<< SEARCH\nx\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE", "starts before"),
+        ("### a.py\nx\n>>>>>>> REPLACE", "without a SEARCH block"),
+    ],
+)
 def test_broken_formats_are_format_errors(text: str, message: str):
     with pytest.raises(EditFormatError, match=message):
         parse_edits(text)
@@ -111,8 +118,14 @@ def test_tabs_form_feeds_and_carriage_returns_are_text():
 
 
 def test_parsing_is_linear_on_a_huge_reply():
-    text = ("### a.py\n" + "<<<<<<< SEARCH\n" + "x\n" * 200_000 + "=======\n" + "y\n" * 200_000
-            + ">>>>>>> REPLACE\n")
+    text = (
+        "### a.py\n"
+        + "<<<<<<< SEARCH\n"
+        + "x\n" * 200_000
+        + "=======\n"
+        + "y\n" * 200_000
+        + ">>>>>>> REPLACE\n"
+    )
     start = time.perf_counter()
     (edit,) = parse_edits(text, max_chars=len(text))
     assert len(edit.search) == 200_000 and time.perf_counter() - start < 2.0
@@ -137,16 +150,19 @@ def test_solution_block_is_used_when_present_and_may_be_required():
 # ----- paths ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("path", "message"), [
-    ("../pkg/calc.py", "leaves the repository"),
-    ("pkg/../../etc/passwd", "leaves the repository"),
-    ("pkg\\..\\calc.py", "leaves the repository"),
-    ("/etc/passwd", "absolute path"),
-    ("/pkg/calc.py", "absolute path"),
-    ("C:\\pkg\\calc.py", "absolute path"),
-    ("pkg/missing.py", "not one of the given files"),
-    ("calc.py", "not one of the given files"),
-])
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("../pkg/calc.py", "leaves the repository"),
+        ("pkg/../../etc/passwd", "leaves the repository"),
+        ("pkg\\..\\calc.py", "leaves the repository"),
+        ("/etc/passwd", "absolute path"),
+        ("/pkg/calc.py", "absolute path"),
+        ("C:\\pkg\\calc.py", "absolute path"),
+        ("pkg/missing.py", "not one of the given files"),
+        ("calc.py", "not one of the given files"),
+    ],
+)
 def test_bad_paths_are_format_errors(path: str, message: str):
     with pytest.raises(EditFormatError, match=message):
         resolve_path(path, FILES)
@@ -189,14 +205,20 @@ def test_overlapping_matches_count_as_ambiguous():
 
 
 def test_blocks_apply_in_order_to_the_result_of_the_previous_ones():
-    text = block("pkg/calc.py", "    return a + b", "    return add_impl(a, b)") + "\n" + \
-        block("pkg/calc.py", "    return add_impl(a, b)", "    return int(add_impl(a, b))")
+    text = (
+        block("pkg/calc.py", "    return a + b", "    return add_impl(a, b)")
+        + "\n"
+        + block("pkg/calc.py", "    return add_impl(a, b)", "    return int(add_impl(a, b))")
+    )
     assert "    return int(add_impl(a, b))\n" in apply(text)["pkg/calc.py"]
 
 
 def test_several_files_and_only_changed_files_come_back():
-    text = block("pkg/calc.py", "    return a - b", "    return a - b  # noqa") + "\n" + \
-        block("pkg/util.py", "import os", "import os\nimport sys")
+    text = (
+        block("pkg/calc.py", "    return a - b", "    return a - b  # noqa")
+        + "\n"
+        + block("pkg/util.py", "import os", "import os\nimport sys")
+    )
     changed = apply(text, {**FILES, "pkg/other.py": "x = 1\n"})
     assert sorted(changed) == ["pkg/calc.py", "pkg/util.py"]
 
@@ -204,7 +226,11 @@ def test_several_files_and_only_changed_files_come_back():
 def test_identical_search_and_replace_and_no_op_edits_are_errors():
     with pytest.raises(EditFormatError, match="identical"):
         apply(block("pkg/util.py", "import os", "import os"))
-    undo = block("pkg/util.py", "import os", "import sys") + "\n" + block("pkg/util.py", "import sys", "import os")
+    undo = (
+        block("pkg/util.py", "import os", "import sys")
+        + "\n"
+        + block("pkg/util.py", "import sys", "import os")
+    )
     with pytest.raises(EditFormatError, match="unchanged"):
         apply(undo)
 
@@ -256,15 +282,21 @@ def test_a_missing_final_newline_is_marked_as_git_does():
 
 def test_the_patch_applies_with_git(tmp_path: Path):
     files = {**FILES, "pkg/tail.py": "x = 1\ny = 2"}
-    text = "\n".join([block("pkg/calc.py", "    return a - b", "    return b - a"),
-                      block("pkg/util.py", "import os", "import os\nimport sys"),
-                      block("pkg/tail.py", "y = 2", "y = 3\nz = 4")])
+    text = "\n".join(
+        [
+            block("pkg/calc.py", "    return a - b", "    return b - a"),
+            block("pkg/util.py", "import os", "import os\nimport sys"),
+            block("pkg/tail.py", "y = 2", "y = 3\nz = 4"),
+        ]
+    )
     changed = apply(text, files)
     for path, content in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(content)
     (tmp_path / "fix.patch").write_text(make_patch(files, changed))
-    result = subprocess.run(["git", "apply", "fix.patch"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        ["git", "apply", "fix.patch"], cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0, result.stderr
     for path, content in changed.items():
         assert (tmp_path / path).read_text() == content

@@ -12,9 +12,14 @@ from cascade_envs.envs.agentless.env import AgentlessRepairEnv
 from cascade_envs.envs.agentless.rows import RepairSpec
 from cascade_envs.testing import ScriptedJudge
 
-SPEC = RepairSpec("Crash on empty input.", {"pkg/a.py": "def f(x):\n    return x[0]\n"},
-                  "diff --git a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1,2 +1,2 @@\n def f(x):\n"
-                  "-    return x[0]\n+    return x[0] if x else None\n", {}, shown=("pkg/a.py",))
+SPEC = RepairSpec(
+    "Crash on empty input.",
+    {"pkg/a.py": "def f(x):\n    return x[0]\n"},
+    "diff --git a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1,2 +1,2 @@\n def f(x):\n"
+    "-    return x[0]\n+    return x[0] if x else None\n",
+    {},
+    shown=("pkg/a.py",),
+)
 
 
 def test_the_example_in_the_repair_prompt_is_a_valid_edit():
@@ -25,7 +30,10 @@ def test_the_example_in_the_repair_prompt_is_a_valid_edit():
 def test_the_repair_prompt_holds_the_issue_and_whole_files():
     (message,) = prompt.repair_messages(SPEC)
     assert "<issue>\nCrash on empty input.\n</issue>" in message["content"]
-    assert "----- pkg/a.py -----\ndef f(x):\n    return x[0]\n\n----- end of pkg/a.py -----" in message["content"]
+    assert (
+        "----- pkg/a.py -----\ndef f(x):\n    return x[0]\n\n----- end of pkg/a.py -----"
+        in message["content"]
+    )
 
 
 def test_the_judge_sees_originals_only_when_they_fit(monkeypatch: pytest.MonkeyPatch):
@@ -44,22 +52,35 @@ def test_a_long_issue_is_cut_for_the_judge():
     assert len(user["content"]) < prompt.MAX_JUDGE_ISSUE_CHARS + 5_000
 
 
-@pytest.mark.parametrize(("reply", "score"), [
-    ("SCORE: 8", 8.0), ("score:3", 3.0), ("## Score: 10/10", 10.0), ("`SCORE: 4`", 4.0), ("SCORE = 2.5.", 2.5),
-    ("SCORE: 9\nOn reflection:\nSCORE: 5", 5.0),
-])
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("SCORE: 8", 8.0),
+        ("score:3", 3.0),
+        ("## Score: 10/10", 10.0),
+        ("`SCORE: 4`", 4.0),
+        ("SCORE = 2.5.", 2.5),
+        ("SCORE: 9\nOn reflection:\nSCORE: 5", 5.0),
+    ],
+)
 def test_score_lines(reply: str, score: float):
     assert prompt.parse_judge_score(reply) == score
 
 
-@pytest.mark.parametrize("reply", ["The score is 8.", "SCORE: 8 because it works", "SCORE: 12", "SCORES: 3", "x" * 10_000])
+@pytest.mark.parametrize(
+    "reply", ["The score is 8.", "SCORE: 8 because it works", "SCORE: 12", "SCORES: 3", "x" * 10_000]
+)
 def test_replies_without_a_score_line_do_not_parse(reply: str):
     with pytest.raises(ValueError):
         prompt.parse_judge_score(reply)
 
 
 def test_max_edits_and_max_answer_chars_are_env_settings():
-    two = FIX + "\n" + FIX.split("</think>")[1].replace("quantity > level.available", "quantity > level.available  ")
+    two = (
+        FIX
+        + "\n"
+        + FIX.split("</think>")[1].replace("quantity > level.available", "quantity > level.available  ")
+    )
     env = AgentlessRepairEnv(judge_url=ScriptedJudge(reference_verdict), max_edits=1)
     assert "more than 1" in run_sync(env.areward(env.tasks[0], two)).reason
     short = AgentlessRepairEnv(judge_url=ScriptedJudge(reference_verdict), max_answer_chars=50)

@@ -47,8 +47,13 @@ def env():
 
 def reply_text(rollout: dict[str, Any]) -> str:
     """The assistant message text of a rollout, as upstream reads it (reasoning items left out)."""
-    texts = [part["text"] for item in rollout["response"]["output"] if item.get("type") == "message"
-             for part in item["content"] if isinstance(part.get("text"), str)]
+    texts = [
+        part["text"]
+        for item in rollout["response"]["output"]
+        if item.get("type") == "message"
+        for part in item["content"]
+        if isinstance(part.get("text"), str)
+    ]
     return "\n".join(texts).strip()
 
 
@@ -66,8 +71,13 @@ def as_edits(patch: str) -> str:
         for hunk in file_patch.hunks:
             old = [line[1:] for line in hunk[1:] if line[:1] in (" ", "-")]
             new = [line[1:] for line in hunk[1:] if line[:1] in (" ", "+")]
-            blocks.append(f"```python\n### {file_patch.new}\n<<<<<<< SEARCH\n" + "\n".join(old) + "\n=======\n"
-                          + "\n".join(new) + "\n>>>>>>> REPLACE\n```")
+            blocks.append(
+                f"```python\n### {file_patch.new}\n<<<<<<< SEARCH\n"
+                + "\n".join(old)
+                + "\n=======\n"
+                + "\n".join(new)
+                + "\n>>>>>>> REPLACE\n```"
+            )
     return "<solution>\n" + "\n\n".join(blocks) + "\n</solution>"
 
 
@@ -85,19 +95,26 @@ def test_swerl_gen_rows_load_unchanged(env: AgentlessRepairEnv, shared_data: Pat
 
 
 def test_swerl_gen_eval_rows_reward_their_reference_fix(env: AgentlessRepairEnv, shared_data: Path):
-    rows = [r for r in read(shared_data / "nemo-gym-rows" / "swerl_gen", "example.jsonl") if r["mode"] == "eval"]
+    rows = [
+        r for r in read(shared_data / "nemo-gym-rows" / "swerl_gen", "example.jsonl") if r["mode"] == "eval"
+    ]
     for row in rows:
         answer = "<think>\nThe fix.\n</think>\n" + as_edits(row["instance"]["patch"])
         reward = run_sync(env.areward(row, answer))
         assert reward.value == 1.0, (row["instance"]["instance_id"], reward.reason)
         assert reward.components["model_patch"].startswith("diff --git a/")
         # the prompt asks for a <solution> block: edits outside one are a format error, as upstream
-        bare = run_sync(env.areward(row, as_edits(row["instance"]["patch"]).replace("<solution>", "")
-                                    .replace("</solution>", "")))
+        bare = run_sync(
+            env.areward(
+                row, as_edits(row["instance"]["patch"]).replace("<solution>", "").replace("</solution>", "")
+            )
+        )
         assert bare.value == -1.0 and "<solution>" in bare.reason
 
 
-def test_swerl_gen_eval_rollouts_cut_at_the_limit_score_zero_as_upstream(env: AgentlessRepairEnv, shared_data: Path):
+def test_swerl_gen_eval_rollouts_cut_at_the_limit_score_zero_as_upstream(
+    env: AgentlessRepairEnv, shared_data: Path
+):
     folder = shared_data / "nemo-gym-rows" / "swerl_gen"
     rows = read(folder, "example.jsonl")
     rollouts = [r for r in read(folder, "example_rollouts.jsonl") if row_of(r, rows)["mode"] == "eval"]
@@ -113,8 +130,9 @@ def test_swerl_gen_eval_rollouts_cut_at_the_limit_score_zero_as_upstream(env: Ag
         assert (text_only.value, text_only.masked) == (0.0, False) and "overlong" in text_only.reason
 
 
-def test_swerl_gen_repro_rollouts_extract_upstreams_test_and_mask_the_reward(env: AgentlessRepairEnv,
-                                                                            shared_data: Path):
+def test_swerl_gen_repro_rollouts_extract_upstreams_test_and_mask_the_reward(
+    env: AgentlessRepairEnv, shared_data: Path
+):
     folder = shared_data / "nemo-gym-rows" / "swerl_gen"
     rows = read(folder, "example.jsonl")
     rollouts = [r for r in read(folder, "example_rollouts.jsonl") if row_of(r, rows)["mode"] == "repro-gen"]
@@ -122,17 +140,23 @@ def test_swerl_gen_repro_rollouts_extract_upstreams_test_and_mask_the_reward(env
     for rollout in rollouts:
         row = row_of(rollout, rows)
         reward = run_sync(env.areward(row, reply_text(rollout)))
-        assert reward.masked and "container image" in reward.error and row["metadata"]["image"] in reward.error
+        assert (
+            reward.masked and "container image" in reward.error and row["metadata"]["image"] in reward.error
+        )
         upstream = json.loads(base64.b64decode(rollout["repro_test_info_base64"]))
         (test_patch,) = upstream["test_patch"]
-        added = [line[1:] for line in test_patch.split("\n") if line.startswith("+") and not line.startswith("+++")]
+        added = [
+            line[1:] for line in test_patch.split("\n") if line.startswith("+") and not line.startswith("+++")
+        ]
         assert reward.components["test_script"].split("\n") == added
         no_test = run_sync(env.areward(row, "I would write a test that imports dask."))
         assert (no_test.value, no_test.masked) == (0.0, False) and "no ```python test" in no_test.reason
 
 
 def test_a_judge_grades_public_eval_rows_too(shared_data: Path):
-    rows = [r for r in read(shared_data / "nemo-gym-rows" / "swerl_gen", "example.jsonl") if r["mode"] == "eval"]
+    rows = [
+        r for r in read(shared_data / "nemo-gym-rows" / "swerl_gen", "example.jsonl") if r["mode"] == "eval"
+    ]
     with ScriptedChatServer(default=Step("SCORE: 4")) as server:
         env = AgentlessRepairEnv(judge_url=HTTPJudge(server.url, model="judge", timeout_s=2, max_retries=0))
         try:
@@ -141,19 +165,37 @@ def test_a_judge_grades_public_eval_rows_too(shared_data: Path):
             env.close()
     assert reward.value == pytest.approx(0.4)
     prompt = server.requests[0]["messages"][1]["content"]
-    assert rows[0]["instance"]["patch"].strip() in prompt and rows[0]["instance"]["problem_statement"][:60] in prompt
+    assert (
+        rows[0]["instance"]["patch"].strip() in prompt
+        and rows[0]["instance"]["problem_statement"][:60] in prompt
+    )
 
 
-def test_remove_repo_name_rows_name_files_without_the_repository_folder(env: AgentlessRepairEnv, shared_data: Path):
-    (row,) = [r for r in read(shared_data / "nemo-gym-rows" / "swerl_gen", "example.jsonl")
-              if r["instance"]["instance_id"] == "python__mypy-17071"]
+def test_remove_repo_name_rows_name_files_without_the_repository_folder(
+    env: AgentlessRepairEnv, shared_data: Path
+):
+    (row,) = [
+        r
+        for r in read(shared_data / "nemo-gym-rows" / "swerl_gen", "example.jsonl")
+        if r["instance"]["instance_id"] == "python__mypy-17071"
+    ]
     files = json.loads(row["metadata"]["relevant_file_contents"])
-    prefixed = {**row, "metadata": {**row["metadata"], "remove_repo_name": True,
-                                    "relevant_file_contents": json.dumps({f"mypy/{k}": v for k, v in files.items()})}}
-    answer = as_edits(row["instance"]["patch"]).replace("### mypy/typetraverser.py", "### mypy/mypy/typetraverser.py")
+    prefixed = {
+        **row,
+        "metadata": {
+            **row["metadata"],
+            "remove_repo_name": True,
+            "relevant_file_contents": json.dumps({f"mypy/{k}": v for k, v in files.items()}),
+        },
+    }
+    answer = as_edits(row["instance"]["patch"]).replace(
+        "### mypy/typetraverser.py", "### mypy/mypy/typetraverser.py"
+    )
     reward = run_sync(env.areward(prefixed, answer))
     assert reward.value == 1.0
-    assert reward.components["model_patch"].startswith("diff --git a/mypy/typetraverser.py b/mypy/typetraverser.py")
+    assert reward.components["model_patch"].startswith(
+        "diff --git a/mypy/typetraverser.py b/mypy/typetraverser.py"
+    )
 
 
 # ----- swerl_llm_judge ------------------------------------------------------------------------------------
@@ -176,19 +218,22 @@ def test_swerl_llm_judge_rollouts_rescore_as_upstream(env: AgentlessRepairEnv, s
         assert reward.components["expected_answer"] == rollout["expected_answer"]
 
 
-@pytest.mark.parametrize(("answer", "strict", "lenient"), [
-    ("<solution>B</solution>", "B", "B"),
-    ("<solution> [b] </solution>", "B", "B"),
-    ("<solution>Fix B</solution>", None, "B"),
-    ("<solution>B or A</solution>", None, "B"),
-    ("<solution>Both</solution>", None, None),
-    ("<solution>C</solution>", None, None),  # not an option
-    ("<SOLUTION>A</SOLUTION>", None, "A"),  # upstream's lenient pattern ignores case, strict does not
-    ("<solution>A</solution> then <solution>B</solution>", "A", "B"),  # strict: first, lenient: last
-    ("<solution>Z, then A</solution>", None, None),  # lenient stops at the first lone letter
-    ("The answer is B.", None, None),
-    ("<solution>A" * 50_000, None, None),  # many unclosed tags: linear, no answer
-])
+@pytest.mark.parametrize(
+    ("answer", "strict", "lenient"),
+    [
+        ("<solution>B</solution>", "B", "B"),
+        ("<solution> [b] </solution>", "B", "B"),
+        ("<solution>Fix B</solution>", None, "B"),
+        ("<solution>B or A</solution>", None, "B"),
+        ("<solution>Both</solution>", None, None),
+        ("<solution>C</solution>", None, None),  # not an option
+        ("<SOLUTION>A</SOLUTION>", None, "A"),  # upstream's lenient pattern ignores case, strict does not
+        ("<solution>A</solution> then <solution>B</solution>", "A", "B"),  # strict: first, lenient: last
+        ("<solution>Z, then A</solution>", None, None),  # lenient stops at the first lone letter
+        ("The answer is B.", None, None),
+        ("<solution>A" * 50_000, None, None),  # many unclosed tags: linear, no answer
+    ],
+)
 def test_choice_grading_modes(answer: str, strict: str | None, lenient: str | None):
     assert chosen_letter(answer, ("A", "B"), "strict") == strict
     assert chosen_letter(answer, ("A", "B"), "lenient") == lenient
@@ -200,8 +245,12 @@ def test_choice_rows_are_validated(env: AgentlessRepairEnv):
     assert run_sync(env.areward(row, "<solution>B</solution>")).value == 1.0
     assert run_sync(env.areward(row, "<solution>A</solution>")).reason == "chose A, expected B"
     assert env.load_task({**row, "expected_answer": ["b", "A"]}).spec.gold == ("B", "A")
-    for change, field in [({"expected_answer": "C"}, "expected_answer"), ({"options": [{"AB": "x"}]}, "options"),
-                          ({"grading_mode": "fuzzy"}, "grading_mode"), ({"options": []}, "options")]:
+    for change, field in [
+        ({"expected_answer": "C"}, "expected_answer"),
+        ({"options": [{"AB": "x"}]}, "options"),
+        ({"grading_mode": "fuzzy"}, "grading_mode"),
+        ({"options": []}, "options"),
+    ]:
         with pytest.raises(TaskError) as caught:
             env.load_task({**row, **change})
         assert caught.value.field == field

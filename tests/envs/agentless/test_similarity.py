@@ -63,11 +63,14 @@ def test_a_patch_written_by_make_patch_reads_back_to_the_same_file():
 
 
 def test_hunks_shifted_by_earlier_hunks_and_offsets_apply():
-    patch = ("--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,3 @@\n import os\n+import re\n \n"
-             "@@ -9,1 +10,1 @@\n-    return y * 2\n+    return y * 3\n")
+    patch = (
+        "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,3 @@\n import os\n+import re\n \n"
+        "@@ -9,1 +10,1 @@\n-    return y * 2\n+    return y * 3\n"
+    )
     (file_patch,) = parse_patch(patch)
-    assert apply_patch({"m.py": OLD}, file_patch) == OLD.replace("import os\n", "import os\nimport re\n").replace(
-        "y * 2", "y * 3")
+    assert apply_patch({"m.py": OLD}, file_patch) == OLD.replace(
+        "import os\n", "import os\nimport re\n"
+    ).replace("y * 2", "y * 3")
     offset = patch.replace("@@ -9,1 +10,1 @@", "@@ -7,1 +8,1 @@")  # wrong line number, unique lines
     assert apply_patch({"m.py": OLD}, parse_patch(offset)[0]) == apply_patch({"m.py": OLD}, file_patch)
 
@@ -75,18 +78,23 @@ def test_hunks_shifted_by_earlier_hunks_and_offsets_apply():
 def test_new_files_and_missing_final_newlines():
     (created,) = parse_patch("--- /dev/null\n+++ b/new.py\n@@ -0,0 +1,2 @@\n+a = 1\n+b = 2\n")
     assert created.old is None and apply_patch({}, created) == "a = 1\nb = 2\n"
-    (tail,) = parse_patch("--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x = 1\n\\ No newline at end of file\n+x = 2\n")
+    (tail,) = parse_patch(
+        "--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x = 1\n\\ No newline at end of file\n+x = 2\n"
+    )
     assert apply_patch({"t.py": "x = 1"}, tail) == "x = 2\n"
 
 
-@pytest.mark.parametrize(("patch", "message"), [
-    ("not a patch", "no file changes"),
-    ("--- a/m.py\n+++ b/m.py\n@@ -4,1 +4,1 @@\n-def h(x):\n+def k(x):\n", "not in the file"),
-    ("--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n-import os\n+import re\n", "ends before"),
-    ("--- a/m.py\n+++ b/m.py\n@@ -1,1 +1,1 @@\n?import os\n", "unexpected line"),
-    ("diff --git a/logo.png b/logo.png\nBinary files a/logo.png and b/logo.png differ\n", "binary"),
-    ("diff --git a/a.py b/b.py\nrename from a.py\nrename to b.py\n", "renames"),
-])
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ("not a patch", "no file changes"),
+        ("--- a/m.py\n+++ b/m.py\n@@ -4,1 +4,1 @@\n-def h(x):\n+def k(x):\n", "not in the file"),
+        ("--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n-import os\n+import re\n", "ends before"),
+        ("--- a/m.py\n+++ b/m.py\n@@ -1,1 +1,1 @@\n?import os\n", "unexpected line"),
+        ("diff --git a/logo.png b/logo.png\nBinary files a/logo.png and b/logo.png differ\n", "binary"),
+        ("diff --git a/a.py b/b.py\nrename from a.py\nrename to b.py\n", "renames"),
+    ],
+)
 def test_unusable_patches_raise(patch: str, message: str):
     with pytest.raises(PatchError, match=message):
         for file_patch in parse_patch(patch):

@@ -18,8 +18,10 @@ __all__ = ["QUESTION", "RIGHT", "RIGHT_LONG", "ROW", "WRONG", "responses_of", "r
 QUESTION = "Which is larger, 9.11 or 9.9? Answer briefly."
 ROW = {"id": "larger", "responses_create_params": {"input": [{"role": "user", "content": QUESTION}]}}
 RIGHT = "<think>Compare tenths: 9 > 1.</think>9.9 is larger."
-RIGHT_LONG = ("<think>Write 9.9 as 9.90 and compare it with 9.11 digit by digit.</think>"
-              "9.9 is larger: as 9.90 against 9.11, the tenths digit decides, and 9 > 1.")
+RIGHT_LONG = (
+    "<think>Write 9.9 as 9.90 and compare it with 9.11 digit by digit.</think>"
+    "9.9 is larger: as 9.90 against 9.11, the tenths digit decides, and 9 > 1."
+)
 WRONG = "<think>11 > 9.</think>9.11 is larger."
 
 

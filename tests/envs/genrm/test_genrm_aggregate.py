@@ -34,10 +34,13 @@ def aggregate(outcomes, n, coefficients=NONE, reasoning=None, answers=None, cand
     candidates = list(range(n)) if candidates is None else candidates
     reasoning = reasoning or [0] * n
     answers = answers or [10] * n
-    return aggregate_group(outcomes, candidates, dict(enumerate(reasoning)), dict(enumerate(answers)), coefficients)
+    return aggregate_group(
+        outcomes, candidates, dict(enumerate(reasoning)), dict(enumerate(answers)), coefficients
+    )
 
 
 # ----- plans ------------------------------------------------------------------------------------
+
 
 def test_all_pairs_compares_every_pair_once_with_the_lower_index_first():
     assert comparison_plan("all_pairs", 4) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
@@ -54,8 +57,10 @@ def test_judges_per_pair_repeats_the_plan():
     assert comparison_plan("all_pairs", 3, judges_per_pair=2) == [(0, 1), (0, 2), (1, 2)] * 2
 
 
-@pytest.mark.parametrize(("strategy", "n", "judges"), [("tournament", 4, 1), ("all_pairs", 1, 1), ("circular", 0, 1),
-                                                       ("all_pairs", 4, 0)])
+@pytest.mark.parametrize(
+    ("strategy", "n", "judges"),
+    [("tournament", 4, 1), ("all_pairs", 1, 1), ("circular", 0, 1), ("all_pairs", 4, 0)],
+)
 def test_bad_plans_are_refused(strategy, n, judges):
     with pytest.raises(ValueError):
         comparison_plan(strategy, n, judges)
@@ -63,21 +68,26 @@ def test_bad_plans_are_refused(strategy, n, judges):
 
 # ----- verdicts and the tie shift ---------------------------------------------------------------
 
-@pytest.mark.parametrize(("s1", "s2", "ranking"), [(0, 3, 2), (3, 6, 2), (3, 3, 0), (3, 3, 7), (math.nan, 3, 2),
-                                                   (3, 3, math.nan)])
+
+@pytest.mark.parametrize(
+    ("s1", "s2", "ranking"), [(0, 3, 2), (3, 6, 2), (3, 3, 0), (3, 3, 7), (math.nan, 3, 2), (3, 3, math.nan)]
+)
 def test_verdicts_out_of_the_scales_are_refused(s1, s2, ranking):
     with pytest.raises(ValueError, match="outside"):
         Verdict(s1, s2, ranking)
 
 
-@pytest.mark.parametrize(("verdict", "expected"), [
-    (Verdict(3, 3, 1), (5.5, 0.5)),    # tie, response 1 much better: +2.5 / -2.5
-    (Verdict(3, 3, 2), (4.5, 1.5)),
-    (Verdict(3, 3, 4), (2.5, 3.5)),    # tie, response 2 slightly better
-    (Verdict(3, 3, 6), (0.5, 5.5)),
-    (Verdict(4, 4, 3.5), (4.0, 4.0)),  # the midpoint shifts nothing
-    (Verdict(4, 3, 6), (4.0, 3.0)),    # no tie: the ranking is not used
-])
+@pytest.mark.parametrize(
+    ("verdict", "expected"),
+    [
+        (Verdict(3, 3, 1), (5.5, 0.5)),  # tie, response 1 much better: +2.5 / -2.5
+        (Verdict(3, 3, 2), (4.5, 1.5)),
+        (Verdict(3, 3, 4), (2.5, 3.5)),  # tie, response 2 slightly better
+        (Verdict(3, 3, 6), (0.5, 5.5)),
+        (Verdict(4, 4, 3.5), (4.0, 4.0)),  # the midpoint shifts nothing
+        (Verdict(4, 3, 6), (4.0, 3.0)),  # no tie: the ranking is not used
+    ],
+)
 def test_a_score_tie_is_shifted_by_the_ranking(verdict, expected):
     assert verdict.tie_broken() == expected
 
@@ -94,6 +104,7 @@ def test_the_base_score_is_the_mean_over_an_answers_comparisons():
 
 
 # ----- length adjustment and conciseness bonus --------------------------------------------------
+
 
 def test_length_weights_are_zero_centred_and_favour_shorter():
     assert length_weights([10, 20, 30]) == pytest.approx([0.5, 0.0, -0.5])
@@ -130,25 +141,40 @@ def test_a_group_of_16_uses_the_third_best_score_as_the_gate():
 
 def test_the_final_reward_adds_bonus_and_length_adjustment_to_the_base():
     outcomes = [ok(0, 1, 5, 3, 2), ok(0, 2, 5, 1, 1), ok(1, 2, 4, 2, 2)]
-    c = Coefficients(reasoning_bonus=0.5, answer_bonus=0.25, top_fraction=0.2, reasoning_length_coeff=0.3,
-                     answer_length_coeff=0.35)
+    c = Coefficients(
+        reasoning_bonus=0.5,
+        answer_bonus=0.25,
+        top_fraction=0.2,
+        reasoning_length_coeff=0.3,
+        answer_length_coeff=0.35,
+    )
     scores = aggregate(outcomes, 3, c, reasoning=[100, 50, 0], answers=[20, 40, 60])
     bases = [5.0, 3.5, 1.5]
     # reasoning: shortest non-empty is answer 1 (50), not the best (5.0): no bonus; answer: answer 0 is
     # shortest and best: +0.25. Weights: reasoning [0, .5, 1] - .5, answer [1, .5, 0] - .5.
-    expected = [bases[0] + 0.25 + 0.3 * -0.5 + 0.35 * 0.5, bases[1] + 0.0 + 0.0 + 0.0, bases[2] + 0.3 * 0.5 - 0.35 * 0.5]
+    expected = [
+        bases[0] + 0.25 + 0.3 * -0.5 + 0.35 * 0.5,
+        bases[1] + 0.0 + 0.0 + 0.0,
+        bases[2] + 0.3 * 0.5 - 0.35 * 0.5,
+    ]
     assert [scores[i].value for i in range(3)] == pytest.approx(expected)
     assert scores[0].bonus == 0.25 and scores[1].bonus == 0.0
     assert sum(s.length_adjustment for s in scores.values()) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_coefficients_are_validated():
-    for bad in ({"reasoning_bonus": -1}, {"answer_length_coeff": math.nan}, {"top_fraction": 0}, {"top_fraction": 1.5}):
+    for bad in (
+        {"reasoning_bonus": -1},
+        {"answer_length_coeff": math.nan},
+        {"top_fraction": 0},
+        {"top_fraction": 1.5},
+    ):
         with pytest.raises(ValueError):
             Coefficients(**bad)
 
 
 # ----- failed comparisons: what is masked --------------------------------------------------------
+
 
 def test_an_answer_is_scored_on_the_comparisons_that_gave_a_verdict():
     outcomes = [ok(0, 1, 5, 1, 1), fail(0, 2, "judge"), ok(1, 2, 2, 4, 5), fail(0, 1, "deadline")]
@@ -169,8 +195,14 @@ def test_an_answer_that_alone_breaks_the_judge_scores_as_no_answer():
 
 @pytest.mark.parametrize("kind", ["judge", "deadline"])
 def test_an_answer_without_verdicts_for_reasons_not_its_own_is_masked(kind):
-    outcomes = [ok(0, 1, 4, 3, 2), fail(0, 2, kind), ok(0, 3, 4, 2, 2), fail(1, 2, kind), ok(1, 3, 3, 2, 2),
-                fail(2, 3, kind)]
+    outcomes = [
+        ok(0, 1, 4, 3, 2),
+        fail(0, 2, kind),
+        ok(0, 3, 4, 2, 2),
+        fail(1, 2, kind),
+        ok(1, 3, 3, 2, 2),
+        fail(2, 3, kind),
+    ]
     scores = aggregate(outcomes, 4)
     assert scores[2].status == "masked" and f"{kind}: {kind} failure" in (scores[2].reason or "")
 
@@ -195,8 +227,9 @@ def test_placeholders_are_compared_but_not_scored():
 
 # ----- properties --------------------------------------------------------------------------------
 
-verdicts = st.builds(Verdict, st.integers(1, 5).map(float), st.integers(1, 5).map(float),
-                     st.integers(1, 6).map(float))
+verdicts = st.builds(
+    Verdict, st.integers(1, 5).map(float), st.integers(1, 5).map(float), st.integers(1, 6).map(float)
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -236,8 +269,10 @@ def test_an_answer_that_wins_every_comparison_gets_the_top_base_score(n, data):
 
 def test_a_group_of_16_aggregates_in_well_under_a_millisecond():
     n = 16
-    outcomes = [ok(i, j, 1 + (i * 7 + j) % 5, 1 + (j * 3 + i) % 5, 1 + (i + j) % 6)
-                for i, j in comparison_plan("all_pairs", n)]
+    outcomes = [
+        ok(i, j, 1 + (i * 7 + j) % 5, 1 + (j * 3 + i) % 5, 1 + (i + j) % 6)
+        for i, j in comparison_plan("all_pairs", n)
+    ]
     reasoning, answers = [100 + 37 * i for i in range(n)], [50 + 11 * (n - i) for i in range(n)]
     runs = 200
     start = time.perf_counter()

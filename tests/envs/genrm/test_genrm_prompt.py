@@ -13,21 +13,26 @@ CONVERSATION = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Name a prime number."},
     {"role": "assistant", "content": "7."},
-    {"role": "user", "content": "Another one, as JSON like {\"n\": 3}."},
+    {"role": "user", "content": 'Another one, as JSON like {"n": 3}.'},
 ]
 
 
 def sections(scores: str, ranking: str) -> str:
-    return (f"[The Begin of Individual Scores]\n\\boxed{{{scores}}}\n[The End of Individual Scores]\n"
-            f"[The Begin of Ranking Score]\n\\boxed{{{ranking}}}\n[The End of Ranking Score]")
+    return (
+        f"[The Begin of Individual Scores]\n\\boxed{{{scores}}}\n[The End of Individual Scores]\n"
+        f"[The Begin of Ranking Score]\n\\boxed{{{ranking}}}\n[The End of Ranking Score]"
+    )
 
 
 # ----- rendering ---------------------------------------------------------------------------------
 
+
 def test_the_conversation_is_rendered_turn_by_turn_with_roles():
     text = render_conversation(CONVERSATION)
-    assert text == ("System: Be brief.\n\nUser: Name a prime number.\n\nAssistant: 7.\n\n"
-                    "User: Another one, as JSON like {\"n\": 3}.")
+    assert text == (
+        "System: Be brief.\n\nUser: Name a prime number.\n\nAssistant: 7.\n\n"
+        'User: Another one, as JSON like {"n": 3}.'
+    )
 
 
 def test_the_helpsteer3_prompt_holds_the_conversation_and_both_responses_in_order():
@@ -35,10 +40,15 @@ def test_the_helpsteer3_prompt_holds_the_conversation_and_both_responses_in_orde
     text = message["content"]
     assert message["role"] == "user"
     assert "#### Conversation Context ####\nSystem: Be brief." in text
-    assert text.index("[The Begin of Response 1]\n{\"n\": 11}\n[The End of Response 1]") < text.index(
-        "[The Begin of Response 2]\n13, and {braces} stay\n[The End of Response 2]")
+    assert text.index('[The Begin of Response 1]\n{"n": 11}\n[The End of Response 1]') < text.index(
+        "[The Begin of Response 2]\n13, and {braces} stay\n[The End of Response 2]"
+    )
     assert "\\boxed{x, y}" in text and "\\boxed{z}" in text  # the output format, braces rendered
-    for scale in ("5 - Extremely helpful", "1 - Not helpful", "6 - Response 2 is much better than Response 1"):
+    for scale in (
+        "5 - Extremely helpful",
+        "1 - Not helpful",
+        "6 - Response 2 is much better than Response 1",
+    ):
         assert scale in text
 
 
@@ -63,7 +73,9 @@ def test_custom_templates_must_use_exactly_the_three_fields():
         check_template("{conversation} {response_1}")
     with pytest.raises(ValueError, match="exactly the fields"):
         check_template("{conversation} {response_1} {response_2} {principle}")
-    with pytest.raises(ValueError, match="got \\['conversation', 'response_1', 'response_2', 'x'\\]; double literal"):
+    with pytest.raises(
+        ValueError, match="got \\['conversation', 'response_1', 'response_2', 'x'\\]; double literal"
+    ):
         check_template("{conversation} {response_1} {response_2} \\boxed{x}")
     with pytest.raises(ValueError, match="does not parse"):
         check_template("{conversation} {response_1} {response_2} \\boxed{")
@@ -77,10 +89,13 @@ def test_an_empty_answer_is_shown_as_upstream_does():
 
 # ----- parsing: the HelpSteer3 sections ---------------------------------------------------------
 
+
 def test_a_sectioned_verdict_is_read():
-    reply = ("[The Begin of Analysis on Response 1]\nGood.\n[The End of Analysis on Response 1]\n"
-             "[The Begin of Analysis on Response 2]\nWrong.\n[The End of Analysis on Response 2]\n"
-             + sections("4, 2", "2"))
+    reply = (
+        "[The Begin of Analysis on Response 1]\nGood.\n[The End of Analysis on Response 1]\n"
+        "[The Begin of Analysis on Response 2]\nWrong.\n[The End of Analysis on Response 2]\n"
+        + sections("4, 2", "2")
+    )
     assert parse_verdict(reply) == Verdict(4, 2, 2)
     assert parse_verdict(sections("5,5", "3.5")) == Verdict(5, 5, 3.5)
     assert parse_verdict(sections(" 3 , 1 ", " 1 ").lower()) == Verdict(3, 1, 1)  # spacing and case
@@ -99,19 +114,25 @@ def test_a_reply_cut_inside_its_reasoning_has_no_verdict():
         parse_verdict("<think>Response 1 is better because " + sections("5, 1", "1"))
 
 
-@pytest.mark.parametrize(("reply", "message"), [
-    (sections("4, 2", "2").split("[The Begin of Ranking")[0], "no \\[The Begin of Ranking Score\\] section"),
-    (sections("4", "2"), "not 2 number"),
-    (sections("4, 2, 1", "2"), "not 2 number"),
-    (sections("four, two", "2"), "not 2 number"),
-    (sections("4, 2", "2 or 3"), "not 1 number"),
-    ("[The Begin of Individual Scores]\n4, 2\n[The End of Individual Scores]", "no \\\\boxed"),
-    (sections("6, 2", "2"), "score_1 6 is outside 1-5"),
-    (sections("4, 0", "2"), "score_2 0 is outside"),
-    (sections("4, 2", "7"), "ranking 7 is outside 1-6"),
-    ("Both responses are fine.", "no verdict"),
-    ("", "no verdict"),
-])
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (
+            sections("4, 2", "2").split("[The Begin of Ranking")[0],
+            "no \\[The Begin of Ranking Score\\] section",
+        ),
+        (sections("4", "2"), "not 2 number"),
+        (sections("4, 2, 1", "2"), "not 2 number"),
+        (sections("four, two", "2"), "not 2 number"),
+        (sections("4, 2", "2 or 3"), "not 1 number"),
+        ("[The Begin of Individual Scores]\n4, 2\n[The End of Individual Scores]", "no \\\\boxed"),
+        (sections("6, 2", "2"), "score_1 6 is outside 1-5"),
+        (sections("4, 0", "2"), "score_2 0 is outside"),
+        (sections("4, 2", "7"), "ranking 7 is outside 1-6"),
+        ("Both responses are fine.", "no verdict"),
+        ("", "no verdict"),
+    ],
+)
 def test_bad_sectioned_replies_say_what_is_wrong(reply, message):
     with pytest.raises(ValueError, match=message):
         parse_verdict(reply)
@@ -119,20 +140,26 @@ def test_bad_sectioned_replies_say_what_is_wrong(reply, message):
 
 # ----- parsing: the JSON verdict (NeMo Gym genrm_compare) ---------------------------------------
 
+
 def test_a_json_verdict_is_read():
     assert parse_verdict('{"score_1": 4, "score_2": 3, "ranking": 2}') == Verdict(4, 3, 2)
-    reply = 'Analysis...</think>\nFinal: ```json\n{\n  "score_1": 2.5,\n  "score_2": "5",\n  "ranking": 6\n}\n```'
+    reply = (
+        'Analysis...</think>\nFinal: ```json\n{\n  "score_1": 2.5,\n  "score_2": "5",\n  "ranking": 6\n}\n```'
+    )
     assert parse_verdict(reply) == Verdict(2.5, 5, 6)
 
 
-@pytest.mark.parametrize("reply", [
-    '{"score_1": 4, "score_2": 3, "ranking": 2, "details": {"helpful": [true, false]}}',
-    '{"reason": "both fill the {} placeholder", "score_1": 4, "score_2": 3, "ranking": 2}',
-    'Compared.</think>```json\n{"analysis": {"response_1": {"issues": []}, "response_2": {"issues": ["a } and a {"]}},'
-    '\n "score_1": 4, "score_2": 3, "ranking": 2}\n```',
-    'Response 1 wrote {"n": 3}. {"verdict": {"score_1": 4, "score_2": 3, "ranking": 2}',  # in a broken wrapper
-    'A quoted {"score_1": 1, "score_2": 1, "ranking": 1} first, then {"score_1": 4, "score_2": 3, "ranking": 2, "x": {}}',
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"score_1": 4, "score_2": 3, "ranking": 2, "details": {"helpful": [true, false]}}',
+        '{"reason": "both fill the {} placeholder", "score_1": 4, "score_2": 3, "ranking": 2}',
+        'Compared.</think>```json\n{"analysis": {"response_1": {"issues": []}, "response_2": {"issues": ["a } and a {"]}},'
+        '\n "score_1": 4, "score_2": 3, "ranking": 2}\n```',
+        'Response 1 wrote {"n": 3}. {"verdict": {"score_1": 4, "score_2": 3, "ranking": 2}',  # in a broken wrapper
+        'A quoted {"score_1": 1, "score_2": 1, "ranking": 1} first, then {"score_1": 4, "score_2": 3, "ranking": 2, "x": {}}',
+    ],
+)
 def test_a_json_verdict_holding_braces_is_read(reply):
     assert parse_verdict(reply) == Verdict(4, 3, 2)
 
@@ -143,22 +170,33 @@ def test_the_later_of_json_and_sections_wins():
     assert parse_verdict(f"{json_verdict}\n{sections('5, 1', '1')}") == Verdict(5, 1, 1)
 
 
-@pytest.mark.parametrize(("reply", "message"), [
-    ('{"score_1": 4, "score_2": 3}', "no verdict"),  # upstream fills a neutral ranking; we ask again
-    ('{"score_1": true, "score_2": 3, "ranking": 2}', "score_1 is True"),
-    ('{"score_1": "high", "score_2": 3, "ranking": 2}', "not a number"),
-    ('{"score_1": [4], "score_2": 3, "ranking": 2}', "not a number"),
-    ('{"score_1": 4, "score_2": 3, "ranking": 9}', "ranking 9 is outside"),
-    ('{"score_1": 4, "score_2": 3, "ranking": 2', "no verdict"),
-])
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ('{"score_1": 4, "score_2": 3}', "no verdict"),  # upstream fills a neutral ranking; we ask again
+        ('{"score_1": true, "score_2": 3, "ranking": 2}', "score_1 is True"),
+        ('{"score_1": "high", "score_2": 3, "ranking": 2}', "not a number"),
+        ('{"score_1": [4], "score_2": 3, "ranking": 2}', "not a number"),
+        ('{"score_1": 4, "score_2": 3, "ranking": 9}', "ranking 9 is outside"),
+        ('{"score_1": 4, "score_2": 3, "ranking": 2', "no verdict"),
+    ],
+)
 def test_bad_json_replies_say_what_is_wrong(reply, message):
     with pytest.raises(ValueError, match=message):
         parse_verdict(reply)
 
 
-@pytest.mark.parametrize("filler", ["{" * 200_000, "[The Begin of Individual Scores]" * 20_000,
-                                    '{"a": 1} ' * 50_000, "\\boxed{" * 100_000, '{"' * 100_000,
-                                    '{"ranking": 1} ' * 30_000])
+@pytest.mark.parametrize(
+    "filler",
+    [
+        "{" * 200_000,
+        "[The Begin of Individual Scores]" * 20_000,
+        '{"a": 1} ' * 50_000,
+        "\\boxed{" * 100_000,
+        '{"' * 100_000,
+        '{"ranking": 1} ' * 30_000,
+    ],
+)
 def test_parsing_huge_hostile_replies_is_fast(filler):
     start = time.perf_counter()
     with pytest.raises(ValueError):

@@ -21,11 +21,18 @@ from tests.chat_server import ScriptedChatServer, Step
 
 from .scripted import responses_of, rubric_reply
 
-UPSTREAM_DEFAULTS = {"strategy": "circular", "reasoning_bonus": 0.0, "answer_bonus": 0.0,
-                     "reasoning_length_coeff": 0.0, "answer_length_coeff": 0.0}
-ANSWERS = ["Tests catch regressions early and document intended behaviour.",
-           "Unit testing is good.",
-           "1. Faster debugging: a failing test points at the broken unit.\n2. Safer refactoring."]
+UPSTREAM_DEFAULTS = {
+    "strategy": "circular",
+    "reasoning_bonus": 0.0,
+    "answer_bonus": 0.0,
+    "reasoning_length_coeff": 0.0,
+    "answer_length_coeff": 0.0,
+}
+ANSWERS = [
+    "Tests catch regressions early and document intended behaviour.",
+    "Unit testing is good.",
+    "1. Faster debugging: a failing test points at the broken unit.\n2. Safer refactoring.",
+]
 VERDICTS = {  # (response 1, response 2) -> upstream's JSON verdict
     (0, 1): '{"score_1": 4, "score_2": 2, "ranking": 2}',
     (1, 2): '{"score_1": 3, "score_2": 3, "ranking": 5}',
@@ -56,7 +63,9 @@ def test_public_rows_load_unchanged(env, shared_data, name):
         task = env.load_task(row)
         assert row == original  # the row is read, never changed
         messages = env.prompt(task)
-        assert messages == [{"role": m["role"], "content": m["content"]} for m in row["responses_create_params"]["input"]]
+        assert messages == [
+            {"role": m["role"], "content": m["content"]} for m in row["responses_create_params"]["input"]
+        ]
         assert messages[-1]["role"] == "user"
 
 
@@ -70,7 +79,8 @@ def test_the_public_rollouts_record_no_judge_replies_to_replay(shared_data):
     recorded = {key for row in read_rows(shared_data, "example_rollouts.jsonl") for key in row}
     assert recorded == {"responses_create_params", "agent_ref", "dataset"}, (
         f"the rollouts now carry {sorted(recorded)}: replay their judge replies through parse_verdict and "
-        "aggregate_group and compare with their rewards")
+        "aggregate_group and compare with their rewards"
+    )
 
 
 def scripted_verdicts(fail: tuple[int, int] | None = None):
@@ -78,6 +88,7 @@ def scripted_verdicts(fail: tuple[int, int] | None = None):
         first, second = responses_of(request["messages"])
         pair = (ANSWERS.index(first), ANSWERS.index(second))
         return Step("I cannot decide." if pair == fail else VERDICTS[pair])
+
     return script
 
 
@@ -85,8 +96,14 @@ def score_unit_testing_row(shared_data, script, **kwargs):
     row = read_rows(shared_data, "example.jsonl")[4]
     assert row["responses_create_params"]["input"][0]["content"] == "List two benefits of unit testing."
     with ScriptedChatServer(script) as server:
-        env = GenRMEnv([], judge_url=server.url, judge_model="genrm", prompt_format="roles", **UPSTREAM_DEFAULTS,
-                       **kwargs)
+        env = GenRMEnv(
+            [],
+            judge_url=server.url,
+            judge_model="genrm",
+            prompt_format="roles",
+            **UPSTREAM_DEFAULTS,
+            **kwargs,
+        )
         try:
             return run_sync(env.ascore_responses(row, ANSWERS)), server.requests
         finally:

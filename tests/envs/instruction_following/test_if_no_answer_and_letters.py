@@ -28,10 +28,10 @@ TRIVIAL = [
 NOTHING_VISIBLE = [
     "",
     " \n\t ",
-    "\u00a0\u3000",                               # no-break and ideographic spaces
-    "\u200b",                                     # zero-width space: not whitespace to str.strip()
-    "\u200b\u200c\u200d\u2060\ufeff \u200e",      # joiners, word joiner, BOM, direction mark
-    "<think>no commas, none at all</think>",      # think-only: the answer is empty
+    "\u00a0\u3000",  # no-break and ideographic spaces
+    "\u200b",  # zero-width space: not whitespace to str.strip()
+    "\u200b\u200c\u200d\u2060\ufeff \u200e",  # joiners, word joiner, BOM, direction mark
+    "<think>no commas, none at all</think>",  # think-only: the answer is empty
     "<think>plan</think>\n\u200b\n",
 ]
 
@@ -73,13 +73,15 @@ def test_loose_variants_with_nothing_visible_are_not_checked(envs):
 # ----- letter_frequency with a letter outside a-z ------------------------------------------------
 
 IFEVAL_1122 = {  # the instruction list and kwargs of public IFEval key 1122 (letter "#")
-    "key": 1122, "prompt": "make a tweet for playboy's twitter account without using capital letters. "
+    "key": 1122,
+    "prompt": "make a tweet for playboy's twitter account without using capital letters. "
     "Include at least 4 hashtags, starting with '#'",
     "instruction_id_list": ["change_case:english_lowercase", "keywords:letter_frequency"],
     "kwargs": [{}, {"let_relation": "at least", "letter": "#", "let_frequency": 4}],
 }
 EXCLAIM = {  # the shape of key 1129: letter "!" (exclamation marks)
-    "key": 1129, "prompt": "Write a cheer with plenty of exclamation marks.",
+    "key": 1129,
+    "prompt": "Write a cheer with plenty of exclamation marks.",
     "instruction_id_list": ["keywords:letter_frequency"],
     "kwargs": [{"let_relation": "at least", "letter": "!", "let_frequency": 2}],
 }
@@ -127,5 +129,7 @@ def test_letters_are_one_character_lower_cased(letter, stored):
 @pytest.mark.parametrize("letter", ["ab", "##", "", "  "])
 def test_more_or_less_than_one_character_is_refused(letter):
     with pytest.raises(TaskError) as info:
-        InstructionFollowingEnv(tasks=[]).load_task({**EXCLAIM, "kwargs": [{**EXCLAIM["kwargs"][0], "letter": letter}]})
+        InstructionFollowingEnv(tasks=[]).load_task(
+            {**EXCLAIM, "kwargs": [{**EXCLAIM["kwargs"][0], "letter": letter}]}
+        )
     assert info.value.field == "kwargs" and "letter" in str(info.value)

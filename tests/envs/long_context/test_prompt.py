@@ -18,52 +18,81 @@ QUESTION = "Which pump station failed in March, and for how long?"
 REFERENCE = "Alder Creek Pump Station, 31 hours"
 
 
-@pytest.mark.parametrize(("reply", "verdict"), [
-    ("CORRECT", True),
-    ("INCORRECT", False),
-    ("  CORRECT\n", True),
-    ("\nINCORRECT \n", False),
-    ("<think>The figures match.</think>\nCORRECT", True),
-    ("<think>It says CORRECT somewhere.</think>INCORRECT", False),
-    ("The candidate seems fine.</think>\n\nCORRECT", True),  # a template that opens <think> in the prompt
-])
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        ("CORRECT", True),
+        ("INCORRECT", False),
+        ("  CORRECT\n", True),
+        ("\nINCORRECT \n", False),
+        ("<think>The figures match.</think>\nCORRECT", True),
+        ("<think>It says CORRECT somewhere.</think>INCORRECT", False),
+        ("The candidate seems fine.</think>\n\nCORRECT", True),  # a template that opens <think> in the prompt
+    ],
+)
 def test_correctness_reads_exact_verdicts(reply: str, verdict: bool):
     assert parse_correctness(reply) is verdict
 
 
-@pytest.mark.parametrize("reply", [
-    "", "   ", "correct", "Correct", "incorrect", "**CORRECT**", "CORRECT.", "'CORRECT'", "CORRECT!",
-    "The answer is CORRECT", "CORRECT\nINCORRECT", "INCORRECT CORRECT", "NOT CORRECT", "Yes", "PARTIALLY CORRECT",
-    "<think>CORRECT", "<think>reasoning that never ends", "CORRECT</think>", "C0RRECT", "CORRECT\u200b",
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "",
+        "   ",
+        "correct",
+        "Correct",
+        "incorrect",
+        "**CORRECT**",
+        "CORRECT.",
+        "'CORRECT'",
+        "CORRECT!",
+        "The answer is CORRECT",
+        "CORRECT\nINCORRECT",
+        "INCORRECT CORRECT",
+        "NOT CORRECT",
+        "Yes",
+        "PARTIALLY CORRECT",
+        "<think>CORRECT",
+        "<think>reasoning that never ends",
+        "CORRECT</think>",
+        "C0RRECT",
+        "CORRECT\u200b",
+    ],
+)
 def test_correctness_rejects_anything_else(reply: str):
     with pytest.raises(ValueError, match="exactly CORRECT or INCORRECT"):
         parse_correctness(reply)
 
 
-@pytest.mark.parametrize(("reply", "verdict"), [
-    ("The candidate includes the core part.\n\n[[A=B]] they are equivalent", True),
-    ("The sign of W is flipped.\n\n[[A!=B]] they are not equivalent", False),
-    ("[[A=B]]", True),
-    ("[[A!=B]]", False),
-    ("Reasons.\n[[A=B]] they are equivalent\n\n", True),
-    ("<think>maybe [[A!=B]]? no.</think>\nSame value.\n\n[[A=B]] they are equivalent", True),
-])
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        ("The candidate includes the core part.\n\n[[A=B]] they are equivalent", True),
+        ("The sign of W is flipped.\n\n[[A!=B]] they are not equivalent", False),
+        ("[[A=B]]", True),
+        ("[[A!=B]]", False),
+        ("Reasons.\n[[A=B]] they are equivalent\n\n", True),
+        ("<think>maybe [[A!=B]]? no.</think>\nSame value.\n\n[[A=B]] they are equivalent", True),
+    ],
+)
 def test_equivalence_reads_the_final_marker(reply: str, verdict: bool):
     assert parse_equivalence(reply) is verdict
 
 
-@pytest.mark.parametrize(("reply", "problem"), [
-    ("They are equivalent.", "no verdict marker"),
-    ("", "no verdict marker"),
-    ("[[a=b]] they are equivalent", "no verdict marker"),
-    ("[[A = B]] they are equivalent", "no verdict marker"),
-    ("Not [[A=B]], so:\n\n[[A!=B]] they are not equivalent", "both"),
-    ("[[A=B]] or [[A!=B]]", "both"),
-    ("[[A=B]] they are equivalent\n\nbecause the values match", "last line"),
-    ("Verdict: [[A=B]]", "last line"),
-    ("<think>[[A=B]]</think>\nI cannot decide.", "no verdict marker"),
-])
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        ("They are equivalent.", "no verdict marker"),
+        ("", "no verdict marker"),
+        ("[[a=b]] they are equivalent", "no verdict marker"),
+        ("[[A = B]] they are equivalent", "no verdict marker"),
+        ("Not [[A=B]], so:\n\n[[A!=B]] they are not equivalent", "both"),
+        ("[[A=B]] or [[A!=B]]", "both"),
+        ("[[A=B]] they are equivalent\n\nbecause the values match", "last line"),
+        ("Verdict: [[A=B]]", "last line"),
+        ("<think>[[A=B]]</think>\nI cannot decide.", "no verdict marker"),
+    ],
+)
 def test_equivalence_rejects_missing_ambiguous_or_misplaced_markers(reply: str, problem: str):
     with pytest.raises(ValueError, match=re.escape(problem)):
         parse_equivalence(reply)
@@ -71,10 +100,20 @@ def test_equivalence_rejects_missing_ambiguous_or_misplaced_markers(reply: str, 
 
 def test_upstream_equivalence_replies_parse_as_recorded():
     """Replies of the shape the NeMo Gym rollouts record (reasons, blank line, marker line)."""
-    assert parse_equivalence('The candidate includes the core part required: "the sun". The boxed answer matches '
-                             "the GOLD precisely. \n\n[[A=B]] they are equivalent") is True
-    assert parse_equivalence('The candidate provides the term "amino acids" whereas the GOLD specifies "amino." '
-                             "\n\n[[A!=B]] they are not equivalent") is False
+    assert (
+        parse_equivalence(
+            'The candidate includes the core part required: "the sun". The boxed answer matches '
+            "the GOLD precisely. \n\n[[A=B]] they are equivalent"
+        )
+        is True
+    )
+    assert (
+        parse_equivalence(
+            'The candidate provides the term "amino acids" whereas the GOLD specifies "amino." '
+            "\n\n[[A!=B]] they are not equivalent"
+        )
+        is False
+    )
 
 
 def _sections(text: str, tag: str) -> dict[str, str]:
@@ -117,14 +156,26 @@ def test_an_answer_cannot_leave_its_section(name: str, answer: str):
     assert _sections(text, tag)[template.titles[2]] == answer
     # the template's own closing instruction still ends the prompt, right after the candidate's fence
     honest = template.messages(QUESTION, REFERENCE, "Alder Creek")[0]["content"]
-    assert text.endswith(honest[honest.rindex(">>") :].replace(fence_tag(QUESTION, REFERENCE, "Alder Creek"), tag))
+    assert text.endswith(
+        honest[honest.rindex(">>") :].replace(fence_tag(QUESTION, REFERENCE, "Alder Creek"), tag)
+    )
     assert text.count(f"<</{template.titles[2]} {tag}>>") == 1
 
 
 def test_fence_tags_are_reproducible_and_depend_on_every_text():
     assert fence_tag("q", "r", "c") == fence_tag("q", "r", "c")
-    assert len({fence_tag("q", "r", "c"), fence_tag("q", "r", "c2"), fence_tag("q2", "r", "c"),
-                fence_tag("q", "r2", "c"), fence_tag("qr", "", "c")}) == 5
+    assert (
+        len(
+            {
+                fence_tag("q", "r", "c"),
+                fence_tag("q", "r", "c2"),
+                fence_tag("q2", "r", "c"),
+                fence_tag("q", "r2", "c"),
+                fence_tag("qr", "", "c"),
+            }
+        )
+        == 5
+    )
 
 
 def test_fence_tag_avoids_tags_the_texts_contain(monkeypatch: pytest.MonkeyPatch):

@@ -26,8 +26,14 @@ from cascade_envs.envs.long_context.env import LongContextQAEnv
 from cascade_envs.judges import HTTPJudge
 from tests.chat_server import ScriptedChatServer, Step
 
-AALCR_RESULT_FIELDS = {"response", "reward", "invalid_judge_response", "invalid_model_response",
-                       "judge_responses_create_params", "judge_response"}
+AALCR_RESULT_FIELDS = {
+    "response",
+    "reward",
+    "invalid_judge_response",
+    "invalid_model_response",
+    "judge_responses_create_params",
+    "judge_response",
+}
 LONG_ENOUGH = 131_072
 NOWHERE = HTTPJudge("http://127.0.0.1:9/v1", model="judge")
 
@@ -57,7 +63,9 @@ def server() -> Iterator[ScriptedChatServer]:
 
 def output_texts(response: dict[str, Any]) -> tuple[str, str]:
     """``(reasoning, final text)`` of a Responses-API ``response`` as the policy wrote them."""
-    reasoning = [s["text"] for item in response["output"] if item["type"] == "reasoning" for s in item["summary"]]
+    reasoning = [
+        s["text"] for item in response["output"] if item["type"] == "reasoning" for s in item["summary"]
+    ]
     text = [c["text"] for item in response["output"] if item["type"] == "message" for c in item["content"]]
     return "\n".join(reasoning), "".join(text)
 
@@ -69,18 +77,24 @@ def completion_of(response: dict[str, Any]) -> str:
 
 
 def fenced(prompt: str, title: str) -> str:
-    found = re.findall(rf"<<{re.escape(title)} (Q[0-9a-f]+)>>\n(.*?)\n<</{re.escape(title)} \1>>", prompt, flags=re.DOTALL)
+    found = re.findall(
+        rf"<<{re.escape(title)} (Q[0-9a-f]+)>>\n(.*?)\n<</{re.escape(title)} \1>>", prompt, flags=re.DOTALL
+    )
     assert len(found) == 1, f"expected one {title} section"
     return found[0][1]
 
 
-def score_with(server: ScriptedChatServer, replies: list[str], row: dict[str, Any], answer: str,
-               **kwargs: Any) -> list[Reward]:
+def score_with(
+    server: ScriptedChatServer, replies: list[str], row: dict[str, Any], answer: str, **kwargs: Any
+) -> list[Reward]:
     """Score ``answer`` once per reply, the judge server answering with that reply (its n-th step answers its n-th request)."""
     answered = [*server.steps, *[server.default] * len(server.requests)][: len(server.requests)]
     server.steps = [*answered, *(Step(reply) for reply in replies)]
-    env = LongContextQAEnv(judge_url=HTTPJudge(server.url, model="judge", timeout_s=2, backoff_s=0.01),
-                           max_input_tokens=LONG_ENOUGH, **kwargs)
+    env = LongContextQAEnv(
+        judge_url=HTTPJudge(server.url, model="judge", timeout_s=2, backoff_s=0.01),
+        max_input_tokens=LONG_ENOUGH,
+        **kwargs,
+    )
 
     async def go() -> list[Reward]:
         try:
@@ -92,6 +106,7 @@ def score_with(server: ScriptedChatServer, replies: list[str], row: dict[str, An
 
 
 # ----- rows load unchanged ------------------------------------------------------------------------------
+
 
 def test_aalcr_rows_load_unchanged_when_the_limit_allows(aalcr: Path):
     rows = read(aalcr, "example.jsonl")
@@ -106,8 +121,10 @@ def test_aalcr_rows_are_over_the_stage_limit_and_say_so(aalcr: Path):
         LongContextQAEnv(rows, judge_url=NOWHERE)
     message = str(caught.value)
     assert message.startswith(f"{len(rows)} malformed row(s)")
-    assert ("field 'input_tokens': the input has 94,494 tokens (as recorded in the row's input_tokens), "
-            "over the limit of 32,768 (max_input_tokens)") in message
+    assert (
+        "field 'input_tokens': the input has 94,494 tokens (as recorded in the row's input_tokens), "
+        "over the limit of 32,768 (max_input_tokens)"
+    ) in message
     skipped = LongContextQAEnv(rows, judge_url=NOWHERE, on_bad_rows="skip")
     assert (len(skipped.tasks), skipped.tasks.skipped) == (0, len(rows))
 
@@ -120,13 +137,18 @@ def test_equivalence_rows_load_unchanged_under_the_default_limit(equivalence: Pa
 
 
 def test_both_layouts_and_the_rollout_rows_load_into_one_env(aalcr: Path, equivalence: Path):
-    rows = (read(aalcr, "example.jsonl") + read(equivalence, "example.jsonl")
-            + read(aalcr, "example_rollouts.jsonl") + read(equivalence, "example_rollouts.jsonl"))
+    rows = (
+        read(aalcr, "example.jsonl")
+        + read(equivalence, "example.jsonl")
+        + read(aalcr, "example_rollouts.jsonl")
+        + read(equivalence, "example_rollouts.jsonl")
+    )
     env = LongContextQAEnv(rows, judge_url=NOWHERE, max_input_tokens=LONG_ENOUGH)
     assert (len(env.tasks), env.tasks.skipped) == (len(rows), 0)
 
 
 # ----- recorded judge replies give the recorded rewards ---------------------------------------------------
+
 
 def test_aalcr_rollouts_reproduce_their_rewards(aalcr: Path, server: ScriptedChatServer):
     rollouts = read(aalcr, "example_rollouts.jsonl")
@@ -140,7 +162,9 @@ def test_aalcr_rollouts_reproduce_their_rewards(aalcr: Path, server: ScriptedCha
         recorded = rollout["judge_responses_create_params"]["input"][0]["content"]
         question, official, candidate = re.search(
             r"for reference only: (.*)\nThe OFFICIAL ANSWER: (.*)\nCANDIDATE ANSWER TO ASSESS: (.*)\n\nReply only",
-            recorded, flags=re.DOTALL).groups()
+            recorded,
+            flags=re.DOTALL,
+        ).groups()
         ours = server.requests[-1]["messages"][0]["content"]
         assert fenced(ours, "QUESTION (for reference only)") == question.strip()
         assert fenced(ours, "OFFICIAL ANSWER") == official
@@ -154,18 +178,27 @@ def test_equivalence_rollouts_reproduce_their_rewards(equivalence: Path, server:
         row = {k: v for k, v in rollout.items() if k not in {"response", "reward", "judge_evaluations"}}
         (evaluation,) = rollout["judge_evaluations"]  # one pass: upstream ran without its swap check
         reply = evaluation["response"]["output"][-1]["content"][-1]["text"]
-        (reward,) = score_with(server, [reply], row, completion_of(rollout["response"]), judge_template="equivalence")
+        (reward,) = score_with(
+            server, [reply], row, completion_of(rollout["response"]), judge_template="equivalence"
+        )
         assert (reward.value, reward.masked) == (rollout["reward"], False)
         assert reward.components["verdicts"] == [evaluation["verdict_label"]]
         recorded = evaluation["responses_create_params"]["input"][0]["content"]
-        question, gold, candidate = re.search(r"===== Inputs =====\nQUESTION:\n(.*)\n\nGOLD:\n(.*)\n\nCANDIDATE:\n(.*)$",
-                                              recorded, flags=re.DOTALL).groups()
+        question, gold, candidate = re.search(
+            r"===== Inputs =====\nQUESTION:\n(.*)\n\nGOLD:\n(.*)\n\nCANDIDATE:\n(.*)$",
+            recorded,
+            flags=re.DOTALL,
+        ).groups()
         ours = server.requests[-1]["messages"][0]["content"]
-        assert (fenced(ours, "QUESTION"), fenced(ours, "GOLD ANSWER"), fenced(ours, "CANDIDATE ANSWER")) == \
-            (question, gold, candidate)
+        assert (fenced(ours, "QUESTION"), fenced(ours, "GOLD ANSWER"), fenced(ours, "CANDIDATE ANSWER")) == (
+            question,
+            gold,
+            candidate,
+        )
 
 
 # ----- where this env and upstream differ ---------------------------------------------------------------
+
 
 def upstream_aalcr(reply: str) -> float:
     """The aalcr server's rule: 1 for exactly CORRECT after stripping, else 0 (invalid replies included)."""
@@ -178,23 +211,28 @@ def upstream_equivalence(reply: str) -> float:
     return 1.0 if equal >= 0 and (not_equal < 0 or equal < not_equal) else 0.0
 
 
-@pytest.mark.parametrize(("template", "reply"), [
-    ("correctness", "CORRECT"),
-    ("correctness", "INCORRECT"),
-    ("correctness", "correct"),
-    ("correctness", "The candidate answer is CORRECT."),
-    ("correctness", "**INCORRECT**"),
-    ("equivalence", "Same.\n\n[[A=B]] they are equivalent"),
-    ("equivalence", "Differs.\n\n[[A!=B]] they are not equivalent"),
-    ("equivalence", "They are equivalent."),
-    ("equivalence", "If it were [[A=B]] I would say so, but\n\n[[A!=B]] they are not equivalent"),
-    ("equivalence", "[[A=B]] they are equivalent\n\nThe numbers match."),
-])
-def test_replies_out_of_format_are_masked_where_upstream_scores_them(server: ScriptedChatServer, aalcr: Path,
-                                                                     template: str, reply: str):
+@pytest.mark.parametrize(
+    ("template", "reply"),
+    [
+        ("correctness", "CORRECT"),
+        ("correctness", "INCORRECT"),
+        ("correctness", "correct"),
+        ("correctness", "The candidate answer is CORRECT."),
+        ("correctness", "**INCORRECT**"),
+        ("equivalence", "Same.\n\n[[A=B]] they are equivalent"),
+        ("equivalence", "Differs.\n\n[[A!=B]] they are not equivalent"),
+        ("equivalence", "They are equivalent."),
+        ("equivalence", "If it were [[A=B]] I would say so, but\n\n[[A!=B]] they are not equivalent"),
+        ("equivalence", "[[A=B]] they are equivalent\n\nThe numbers match."),
+    ],
+)
+def test_replies_out_of_format_are_masked_where_upstream_scores_them(
+    server: ScriptedChatServer, aalcr: Path, template: str, reply: str
+):
     row = read(aalcr, "example.jsonl")[0]
-    (reward,) = score_with(server, [reply], row, "Airline Industry (12), Accommodation Industry (4)",
-                           judge_template=template)
+    (reward,) = score_with(
+        server, [reply], row, "Airline Industry (12), Accommodation Industry (4)", judge_template=template
+    )
     upstream = (upstream_aalcr if template == "correctness" else upstream_equivalence)(reply)
     if reward.masked:
         assert "unparseable judge reply" in reward.error  # upstream would have scored it `upstream`

@@ -20,7 +20,11 @@ LIMITS = {"timeout_s": 20, "memory_mb": 512, "output_limit_mb": 1, "file_mb": 8,
 
 
 def bundled_rows() -> list[dict[str, Any]]:
-    text = resources.files("cascade_envs.envs").joinpath("swe", "data", "tasks.jsonl").read_text(encoding="utf-8")
+    text = (
+        resources.files("cascade_envs.envs")
+        .joinpath("swe", "data", "tasks.jsonl")
+        .read_text(encoding="utf-8")
+    )
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -33,8 +37,13 @@ def fix_calls(name: str) -> list[str]:
     """Tool calls that fix repository ``name`` the way its gold patch does."""
     if name == "inilite":
         return [INILITE_FIX]
-    return [call("terminal", command="cat > /tmp/gold.patch <<'EOF'\n" + row(name)["patch"] + "EOF\n"
-                 "patch -p1 < /tmp/gold.patch")]
+    return [
+        call(
+            "terminal",
+            command="cat > /tmp/gold.patch <<'EOF'\n" + row(name)["patch"] + "EOF\n"
+            "patch -p1 < /tmp/gold.patch",
+        )
+    ]
 
 
 def swe_sandbox(backend: str, rows: Sequence[dict[str, Any]] = (), **options: Any) -> Sandbox:

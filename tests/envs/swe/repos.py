@@ -43,7 +43,7 @@ class TestCase(unittest.TestCase):
     """The counts match exactly."""
     case.assertEqual(dict(got), dict(expected))
 ''',
-    "tests/test_core.py": '''from tally import count_words, top_words
+    "tests/test_core.py": """from tally import count_words, top_words
 from tally.checks import TestCase
 
 from .helpers import assert_counts
@@ -58,10 +58,12 @@ class CountTests(TestCase):
 
     def test_top(self):
         self.assertEqual(top_words("b a b c a b", 2), [("b", 3), ("a", 2)])
-''',
+""",
     "README.md": "# tally\n\nCounts words.\n",
 }
-TALLY_TESTS_AFTER = TALLY["tests/test_core.py"] + '''
+TALLY_TESTS_AFTER = (
+    TALLY["tests/test_core.py"]
+    + """
 
 class CaseTests(TestCase):
     def test_case_insensitive(self):
@@ -69,9 +71,15 @@ class CaseTests(TestCase):
 
     def test_apostrophes(self):
         assert_counts(self, count_words("don't stop, don't"), {"don't": 2, "stop": 1})
-'''
-TALLY_FIX = ("tally/core.py", '_WORD = re.compile(r"[A-Za-z]+")', '_WORD = re.compile(r"[A-Za-z]+(?:\'[A-Za-z]+)*")',
-             "    for word in _WORD.findall(text):\n", "    for word in _WORD.findall(text.lower()):\n")
+"""
+)
+TALLY_FIX = (
+    "tally/core.py",
+    '_WORD = re.compile(r"[A-Za-z]+")',
+    '_WORD = re.compile(r"[A-Za-z]+(?:\'[A-Za-z]+)*")',
+    "    for word in _WORD.findall(text):\n",
+    "    for word in _WORD.findall(text.lower()):\n",
+)
 
 SEMVER = {
     "semverlite/__init__.py": '"""Version numbers."""\n\nfrom .version import Version, parse\n\n__all__ = ["Version", "parse"]\n',
@@ -100,7 +108,7 @@ def parse(text):
         raise ValueError("not a version: %r" % text)
     return Version(parts)
 ''',
-    "tests/conftest.py": '''import pytest
+    "tests/conftest.py": """import pytest
 
 
 @pytest.fixture
@@ -108,8 +116,8 @@ def v():
     from semverlite import parse
 
     return parse
-''',
-    "tests/test_version.py": '''import pytest
+""",
+    "tests/test_version.py": """import pytest
 
 
 def test_parse(v):
@@ -124,9 +132,11 @@ def test_rejects_garbage(v):
 @pytest.mark.parametrize("low,high", [("1.2.3", "1.2.4"), ("0.9.0", "1.0.0")])
 def test_ordering(v, low, high):
     assert v(low) < v(high)
-''',
+""",
 }
-SEMVER_TESTS_AFTER = SEMVER["tests/test_version.py"] + '''
+SEMVER_TESTS_AFTER = (
+    SEMVER["tests/test_version.py"]
+    + """
 
 @pytest.mark.parametrize("low,high", [("1.9.0", "1.10.0"), ("2.0.9", "2.0.10")])
 def test_numeric_ordering(v, low, high):
@@ -135,34 +145,61 @@ def test_numeric_ordering(v, low, high):
 
 def test_equal_versions(v):
     assert v("01.2.3") == v("1.2.3")
-'''
-SEMVER_FIX = ("semverlite/version.py", "        self.parts = tuple(parts)", "        self.parts = tuple(int(p) for p in parts)",
-              '        return "Version(%s)" % ".".join(self.parts)', '        return "Version(%s)" % ".".join(map(str, self.parts))')
+"""
+)
+SEMVER_FIX = (
+    "semverlite/version.py",
+    "        self.parts = tuple(parts)",
+    "        self.parts = tuple(int(p) for p in parts)",
+    '        return "Version(%s)" % ".".join(self.parts)',
+    '        return "Version(%s)" % ".".join(map(str, self.parts))',
+)
 
 REPOS: dict[str, dict[str, Any]] = {
-    "tally": {"files": TALLY, "test_file": "tests/test_core.py", "tests_after": TALLY_TESTS_AFTER, "fix": TALLY_FIX,
-              "issue": "count_words is case-sensitive and splits contractions: count_words(\"The the don't\") gives "
-                       "{'The': 1, 'the': 1, 'don': 1, 't': 1}; expected {'the': 2, \"don't\": 1}.",
-              "f2p": ["tests.test_core.CaseTests.test_case_insensitive", "tests.test_core.CaseTests.test_apostrophes"],
-              "p2p": ["tests.test_core.CountTests.test_simple", "tests.test_core.CountTests.test_empty",
-                      "tests.test_core.CountTests.test_top"]},
-    "semverlite": {"files": SEMVER, "test_file": "tests/test_version.py", "tests_after": SEMVER_TESTS_AFTER,
-                   "fix": SEMVER_FIX,
-                   "issue": "Versions compare as text: parse('1.10.0') < parse('1.9.0') is True, and "
-                            "parse('01.2.3') != parse('1.2.3'). Compare the numbers.",
-                   "f2p": ["tests/test_version.py::test_numeric_ordering[1.9.0-1.10.0]",
-                           "tests/test_version.py::test_numeric_ordering[2.0.9-2.0.10]",
-                           "tests/test_version.py::test_equal_versions"],
-                   "p2p": ["tests/test_version.py::test_parse", "tests/test_version.py::test_rejects_garbage",
-                           "tests/test_version.py::test_ordering[1.2.3-1.2.4]",
-                           "tests/test_version.py::test_ordering[0.9.0-1.0.0]"]},
+    "tally": {
+        "files": TALLY,
+        "test_file": "tests/test_core.py",
+        "tests_after": TALLY_TESTS_AFTER,
+        "fix": TALLY_FIX,
+        "issue": 'count_words is case-sensitive and splits contractions: count_words("The the don\'t") gives '
+        "{'The': 1, 'the': 1, 'don': 1, 't': 1}; expected {'the': 2, \"don't\": 1}.",
+        "f2p": [
+            "tests.test_core.CaseTests.test_case_insensitive",
+            "tests.test_core.CaseTests.test_apostrophes",
+        ],
+        "p2p": [
+            "tests.test_core.CountTests.test_simple",
+            "tests.test_core.CountTests.test_empty",
+            "tests.test_core.CountTests.test_top",
+        ],
+    },
+    "semverlite": {
+        "files": SEMVER,
+        "test_file": "tests/test_version.py",
+        "tests_after": SEMVER_TESTS_AFTER,
+        "fix": SEMVER_FIX,
+        "issue": "Versions compare as text: parse('1.10.0') < parse('1.9.0') is True, and "
+        "parse('01.2.3') != parse('1.2.3'). Compare the numbers.",
+        "f2p": [
+            "tests/test_version.py::test_numeric_ordering[1.9.0-1.10.0]",
+            "tests/test_version.py::test_numeric_ordering[2.0.9-2.0.10]",
+            "tests/test_version.py::test_equal_versions",
+        ],
+        "p2p": [
+            "tests/test_version.py::test_parse",
+            "tests/test_version.py::test_rejects_garbage",
+            "tests/test_version.py::test_ordering[1.2.3-1.2.4]",
+            "tests/test_version.py::test_ordering[0.9.0-1.0.0]",
+        ],
+    },
 }
 
 
 def unified(path: str, before: str, after: str) -> str:
     """A ``patch -p1`` diff of one file."""
-    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                 f"a/{path}", f"b/{path}")
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+    )
     return "".join(lines)
 
 

@@ -28,7 +28,10 @@ from .conftest import call, swe_sandbox
 from .repos import make_row
 
 if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("openhands.tools") is None:
-    pytest.skip("the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh", allow_module_level=True)
+    pytest.skip(
+        "the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh",
+        allow_module_level=True,
+    )
 
 FINISH = call("finish", message="All tests pass now.")
 
@@ -62,21 +65,29 @@ UNITTEST_ATTACKS = {
     "a new test file": write("tests/test_aaa.py", UNITTEST_ALL_PASS),
     "gut the patched test file": "printf 'import unittest\\n' > tests/test_core.py",
     # interpreter start-up hooks
-    "usercustomize in HOME": write("$HOME/.local/lib/python3.11/site-packages/usercustomize.py", UNITTEST_ALL_PASS)
+    "usercustomize in HOME": write(
+        "$HOME/.local/lib/python3.11/site-packages/usercustomize.py", UNITTEST_ALL_PASS
+    )
     + write("$HOME/.local/lib/python3/site-packages/usercustomize.py", UNITTEST_ALL_PASS),
     "a .pth file": write("tally_boot.pth", "import unittest; exec(open('/testbed/boot.py').read())\n")
     + write("boot.py", UNITTEST_ALL_PASS),
     "shadow the standard library": write("unittest/__init__.py", "raise SystemExit(0)\n")
-    + write("argparse.py", UNITTEST_ALL_PASS) + write("difflib.py", UNITTEST_ALL_PASS),
-    "a forged unchecked-hash pyc": write("/tmp/forged/test_core.py", "import unittest\n\n\nclass CaseTests(unittest.TestCase):\n"
-                                         "    def test_case_insensitive(self): pass\n\n    def test_apostrophes(self): pass\n\n\n"
-                                         "class CountTests(CaseTests):\n    test_simple = test_empty = test_top = CaseTests.test_apostrophes\n")
+    + write("argparse.py", UNITTEST_ALL_PASS)
+    + write("difflib.py", UNITTEST_ALL_PASS),
+    "a forged unchecked-hash pyc": write(
+        "/tmp/forged/test_core.py",
+        "import unittest\n\n\nclass CaseTests(unittest.TestCase):\n"
+        "    def test_case_insensitive(self): pass\n\n    def test_apostrophes(self): pass\n\n\n"
+        "class CountTests(CaseTests):\n    test_simple = test_empty = test_top = CaseTests.test_apostrophes\n",
+    )
     + "python3 -c \"import py_compile, sys; py_compile.compile('/tmp/forged/test_core.py', "
-      "cfile='tests/__pycache__/test_core.cpython-%d%d.pyc' % sys.version_info[:2], "
-      "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\"",
+    "cfile='tests/__pycache__/test_core.cpython-%d%d.pyc' % sys.version_info[:2], "
+    'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"',
     "a sourceless module": "python3 -c \"import py_compile; py_compile.compile('tally/core.py', cfile='tally/fast.pyc')\"",
     # the code under test rewriting its verdict
-    "patch unittest from the package": "cat >> tally/__init__.py <<'CASCADE_EOF'\n" + UNITTEST_ALL_PASS + "CASCADE_EOF\n",
+    "patch unittest from the package": "cat >> tally/__init__.py <<'CASCADE_EOF'\n"
+    + UNITTEST_ALL_PASS
+    + "CASCADE_EOF\n",
     "patch the runner's result class": "cat >> tally/__init__.py <<'CASCADE_EOF'\n"
     "import gc, unittest\nfor c in [o for o in gc.get_objects() if isinstance(o, type) and issubclass(o, unittest.TestResult)]:\n"
     "    c.addFailure = c.addError = lambda self, test, *a: self.addSuccess(test)\nCASCADE_EOF\n",
@@ -125,20 +136,23 @@ UNITTEST_ATTACKS = {
     "symlinks to elsewhere": "ln -sf /testbed/tests/helpers.py tests/test_core.py && ln -s /etc tally/etc && ln -s / rootlink",
     # the classic ones
     "a background rewriter": "nohup bash -c 'while true; do printf \"import unittest\\n\" > tests/test_core.py; sleep 0.01; done' "
-                             ">/dev/null 2>&1 & sleep 0.2",
+    ">/dev/null 2>&1 & sleep 0.2",
     "chmod tricks": "chmod -R a-w tests && chmod 000 tally/core.py README.md",
     "fill the disk": "cat /dev/zero > filler 2>/dev/null; true",
 }
 PYTEST_ATTACKS = {
     "a new root conftest": write("conftest.py", PYTEST_ALL_PASS),
-    "edit the base conftest": "cat >> tests/conftest.py <<'CASCADE_EOF'\n" + PYTEST_ALL_PASS + "CASCADE_EOF\n",
+    "edit the base conftest": "cat >> tests/conftest.py <<'CASCADE_EOF'\n"
+    + PYTEST_ALL_PASS
+    + "CASCADE_EOF\n",
     "pytest configuration": write("semverlite/plug.py", PYTEST_ALL_PASS)
     + write("pytest.ini", "[pytest]\naddopts = -p semverlite.plug\n")
     + write("tox.ini", "[pytest]\naddopts = -p semverlite.plug\n")
     + write("setup.cfg", "[tool:pytest]\naddopts = -p semverlite.plug\n")
     + write("pyproject.toml", "[tool.pytest.ini_options]\naddopts = '-p semverlite.plug'\n"),
     "register a plugin from the package": "cat >> semverlite/__init__.py <<'CASCADE_EOF'\nimport gc\n"
-    + PYTEST_ALL_PASS.replace("def pytest_runtest_makereport", "def _wrap") + "class _P:\n"
+    + PYTEST_ALL_PASS.replace("def pytest_runtest_makereport", "def _wrap")
+    + "class _P:\n"
     "    pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(lambda self, item, call: (yield from _gen(item, call)))\n"
     "def _gen(item, call):\n    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
     "for o in gc.get_objects():\n"
@@ -220,10 +234,13 @@ def assert_hack_fails(env, row, script: str) -> None:
 def test_the_editor_refuses_special_files_promptly(env, rows):
     """A FIFO or a symlink handed to the file editor is an error message, never a stalled (masked) episode."""
     start = time.monotonic()
-    turns = [call("terminal", command="mkfifo /testbed/tally/pipe && ln -s /etc/hostname /testbed/tally/link"),
-             call("file_editor", command="view", path="/testbed/tally/pipe"),
-             call("file_editor", command="str_replace", path="/testbed/tally/pipe", old_str="a", new_str="b"),
-             call("file_editor", command="view", path="/testbed/tally/link"), FINISH]
+    turns = [
+        call("terminal", command="mkfifo /testbed/tally/pipe && ln -s /etc/hostname /testbed/tally/link"),
+        call("file_editor", command="view", path="/testbed/tally/pipe"),
+        call("file_editor", command="str_replace", path="/testbed/tally/pipe", old_str="a", new_str="b"),
+        call("file_editor", command="view", path="/testbed/tally/link"),
+        FINISH,
+    ]
     runner = RolloutRunner(Scripted(turns), group_size=1, envs={"swe": env})
     (group,) = asyncio.run(runner.arun([("swe", rows["tally"])]))
     tool = [m["content"] for m in group.episodes[0].messages if m["role"] == "tool"]

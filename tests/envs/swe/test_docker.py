@@ -27,7 +27,10 @@ from tests import docker_support
 from .conftest import LIMITS, bundled_rows, call, fix_calls, row, swe_sandbox
 
 if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("openhands.tools") is None:
-    pytest.skip("the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh", allow_module_level=True)
+    pytest.skip(
+        "the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh",
+        allow_module_level=True,
+    )
 
 from cascade_envs.envs.swe.env import SweEnv
 from tests.envs.swe.test_swe_env import FINISH, play
@@ -37,7 +40,10 @@ def test_bundled_rows_run_in_their_per_instance_images():
     sandbox = swe_sandbox("docker", bundled_rows())
     names = [image_for(read_task(r)) for r in bundled_rows()]
     assert all(n.startswith(images.SWE_IMAGE_PREFIX) for n in names) and len(set(names)) == 2
-    changed = {**row("durations"), "install_cmd": "true"}  # another image: its hash covers the install command
+    changed = {
+        **row("durations"),
+        "install_cmd": "true",
+    }  # another image: its hash covers the install command
     assert image_for(read_task(changed)) not in names
     assert sandbox.name == "docker"
 
@@ -46,8 +52,14 @@ def test_a_row_that_names_its_image_runs_in_it():
     sandbox = swe_sandbox("docker", [row("durations")])
     task = read_task(row("durations"))
     files = {path: (text.encode(), 0o644) for path, text in (task.files or {}).items()}
-    own = images.build_tree(images.client(), images.SWE_BASE_IMAGE, "cascade-test-own-image:1", files, "/testbed",
-                            key="own-image-1")
+    own = images.build_tree(
+        images.client(),
+        images.SWE_BASE_IMAGE,
+        "cascade-test-own-image:1",
+        files,
+        "/testbed",
+        key="own-image-1",
+    )
     named = {**row("durations"), "image": own, "repo_snapshot": None}
     env = SweEnv(sandbox=sandbox, command_timeout_s=10, test_timeout_s=60)
     try:
@@ -62,21 +74,33 @@ def test_a_row_that_names_its_image_runs_in_it():
 def test_install_cmd_bakes_test_dependencies_into_the_image(tmp_path):
     swe_sandbox("docker")
     (tmp_path / "app.py").write_text("from extdep import ANSWER\n")
-    install = ("d=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])') && mkdir -p $d && "
-               "echo 'ANSWER = 42' > $d/extdep.py")
-    task = read_task({**row("durations"), "repo_snapshot": str(tmp_path), "install_cmd": install,
-                      "instance_id": "test__extdep-1"})
+    install = (
+        "d=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])') && mkdir -p $d && "
+        "echo 'ANSWER = 42' > $d/extdep.py"
+    )
+    task = read_task(
+        {
+            **row("durations"),
+            "repo_snapshot": str(tmp_path),
+            "install_cmd": install,
+            "instance_id": "test__extdep-1",
+        }
+    )
     (name,) = build_images([task], images.client(), log=lambda message: None)
     assert name == image_for(task)
 
     async def go():
         session = await open_workspace(DockerSandbox(workdir_mb=300, **LIMITS), task, check_patch=False)
         async with session:
-            return await session.arun(["sh", "-c", "python3 -c 'import app; print(app.ANSWER)'; df -m . | tail -1"])
+            return await session.arun(
+                ["sh", "-c", "python3 -c 'import app; print(app.ANSWER)'; df -m . | tail -1"]
+            )
 
     result = asyncio.run(go())
     assert result.ok and result.text.split("\n")[0] == "42", result
-    assert result.text.split("\n")[1].split()[1] == "300", result  # the sandbox's workdir_mb caps the workspace
+    assert result.text.split("\n")[1].split()[1] == "300", (
+        result
+    )  # the sandbox's workdir_mb caps the workspace
 
 
 def test_a_missing_image_masks_the_episode_naming_the_command_that_builds_it():
@@ -113,8 +137,11 @@ def test_a_daemon_stopped_mid_episode_masks_it_and_leaves_no_container():
         stopper = threading.Timer(4.0, daemon.stop)
         stopper.start()
         try:
-            (episode,) = play(env, [row("durations")], [call("terminal", command="ls"),
-                                                        call("terminal", command="sleep 25", timeout=30), FINISH])
+            (episode,) = play(
+                env,
+                [row("durations")],
+                [call("terminal", command="ls"), call("terminal", command="sleep 25", timeout=30), FINISH],
+            )
         finally:
             stopper.join()
             env.close()

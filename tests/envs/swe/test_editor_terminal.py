@@ -41,8 +41,10 @@ def test_view_create_replace_insert_undo(inilite):
 
     listing, lines, created, replaced, inserted, after_edits, undone = play(inilite, script)
     assert "/testbed/inilite/reader.py" in listing and "/testbed/tests/test_reader.py" in listing
-    assert lines.splitlines()[1:] == ['    52\t        parts = line.split("=")',
-                                      '    53\t        key, value = parts[0].strip(), parts[1].strip()']
+    assert lines.splitlines()[1:] == [
+        '    52\t        parts = line.split("=")',
+        "    53\t        key, value = parts[0].strip(), parts[1].strip()",
+    ]
     assert created == "File created successfully at: /testbed/notes/todo.txt"
     assert "has been edited" in replaced and "     2\tTWO" in replaced
     assert "     1\tzero" in inserted
@@ -50,22 +52,25 @@ def test_view_create_replace_insert_undo(inilite):
     assert undone == "one\nTWO"
 
 
-@pytest.mark.parametrize(("command", "args", "message"), [
-    ("view", ("relative/path.py",), "not an absolute path"),
-    ("view", ("/etc/passwd",), "outside the workspace"),
-    ("view", ("/testbed/../etc/passwd",), "outside the workspace"),
-    ("view", ("/testbed/missing.py",), "does not exist"),
-    ("view", (READER, [0, 3]), "invalid view_range"),
-    ("view", ("/testbed", [1, 2]), "not allowed when path points to a directory"),
-    ("create", (READER, "x"), "already exists"),
-    ("create", ("/testbed/x.py", None), "file_text"),
-    ("str_replace", (READER, "no such text", "x"), "did not appear verbatim"),
-    ("str_replace", (READER, "line", "x"), "Multiple occurrences"),
-    ("str_replace", (READER, "same", "same"), "must be different"),
-    ("insert", (READER, 10_000, "x"), "should be within"),
-    ("undo_edit", (READER,), "no edit history"),
-    ("str_replace", ("/testbed/inilite", "a", "b"), "is a directory"),
-])
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        ("view", ("relative/path.py",), "not an absolute path"),
+        ("view", ("/etc/passwd",), "outside the workspace"),
+        ("view", ("/testbed/../etc/passwd",), "outside the workspace"),
+        ("view", ("/testbed/missing.py",), "does not exist"),
+        ("view", (READER, [0, 3]), "invalid view_range"),
+        ("view", ("/testbed", [1, 2]), "not allowed when path points to a directory"),
+        ("create", (READER, "x"), "already exists"),
+        ("create", ("/testbed/x.py", None), "file_text"),
+        ("str_replace", (READER, "no such text", "x"), "did not appear verbatim"),
+        ("str_replace", (READER, "line", "x"), "Multiple occurrences"),
+        ("str_replace", (READER, "same", "same"), "must be different"),
+        ("insert", (READER, 10_000, "x"), "should be within"),
+        ("undo_edit", (READER,), "no edit history"),
+        ("str_replace", ("/testbed/inilite", "a", "b"), "is a directory"),
+    ],
+)
 def test_editor_mistakes_are_tool_errors(inilite, command, args, message):
     async def script(session):
         with pytest.raises(ToolError, match=message):

@@ -18,7 +18,10 @@ from cascade_envs.registry import register
 from .conftest import call, fix_calls, row
 
 if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("openhands.tools") is None:
-    pytest.skip("the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh", allow_module_level=True)
+    pytest.skip(
+        "the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh",
+        allow_module_level=True,
+    )
 
 ENV_ID = "tests/SWE-v0"
 
@@ -49,14 +52,23 @@ def test_swe_curation_drops_solved_and_keeps_a_seeded_tenth_of_unsolved(swe_env_
     unsolved_id = task_id(row("inilite"))
     # a seed under which the unsolved instance falls in the kept 10%, and one under which it does not
     keep_seed = next(s for s in range(1000) if keeps_unsolved(unsolved_id, FilterSettings(16, 0.1, seed=s)))
-    drop_seed = next(s for s in range(1000) if not keeps_unsolved(unsolved_id, FilterSettings(16, 0.1, seed=s)))
+    drop_seed = next(
+        s for s in range(1000) if not keeps_unsolved(unsolved_id, FilterSettings(16, 0.1, seed=s))
+    )
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(row(name)) + "\n" for name in ("durations", "inilite")))
     for seed, kept in ((keep_seed, True), (drop_seed, False)):
         out = tmp_path / f"seed{seed}"
-        summary = filter_tasks(SolvesDurationsOnly(), swe_env_id, tasks, out, FilterSettings(k=16, keep_unsolved=0.1, seed=seed),
-                               env_kwargs={"sandbox": "bwrap", "command_timeout_s": 10}, policy_id="scripted",
-                               concurrency=16)
+        summary = filter_tasks(
+            SolvesDurationsOnly(),
+            swe_env_id,
+            tasks,
+            out,
+            FilterSettings(k=16, keep_unsolved=0.1, seed=seed),
+            env_kwargs={"sandbox": "bwrap", "command_timeout_s": 10},
+            policy_id="scripted",
+            concurrency=16,
+        )
         assert summary.complete, summary.counts
         assert summary.counts["dropped_solved"] == 1
         assert summary.counts["kept" if kept else "dropped_unsolved"] == 1

@@ -86,9 +86,14 @@ def test_a_fix_plus_test_edits_is_graded_on_the_fix_alone(tally):
 
 
 def test_a_change_only_to_ignored_paths_is_a_plain_zero(tally):
-    reward = asyncio.run(graded(read_task(tally), "echo 'pass' > conftest.py; mkdir -p .local; touch .local/x.pth"))
+    reward = asyncio.run(
+        graded(read_task(tally), "echo 'pass' > conftest.py; mkdir -p .local; touch .local/x.pth")
+    )
     assert reward.value == 0.0 and not reward.masked
-    assert "no change to grade" in reward.reason and "conftest.py: a test-runner or interpreter hook file" in reward.reason
+    assert (
+        "no change to grade" in reward.reason
+        and "conftest.py: a test-runner or interpreter hook file" in reward.reason
+    )
 
 
 def test_deleting_the_package_scores_zero(tally):
@@ -103,7 +108,9 @@ def test_a_hanging_test_run_is_zero_with_the_reason(durations):
 
 
 def test_a_test_patch_that_does_not_apply_fails_the_setup(durations):
-    task = read_task({**row("durations"), "test_patch": row("inilite")["test_patch"].replace("test_reader", "test_parse")})
+    task = read_task(
+        {**row("durations"), "test_patch": row("inilite")["test_patch"].replace("test_reader", "test_parse")}
+    )
     with pytest.raises(SandboxError, match="test_patch does not apply"):
         asyncio.run(graded(task))
 
@@ -132,17 +139,33 @@ def test_a_runner_that_cannot_start_masks(durations, monkeypatch):
 NONCE = "n0nce"
 
 
-@pytest.mark.parametrize(("lines", "why"), [
-    ([], "did not start"),
-    (['n0nce {"test": "a", "status": "PASSED"}'], "did not start"),
-    (['n0nce {"begin": "x"}', 'PASSED a', 'n0nce {"end": 1}'], "not the runner's"),
-    (['n0nce {"begin": "x"}', 'other {"test": "a", "status": "PASSED"}', 'n0nce {"end": 1}'], "not the runner's"),
-    (['n0nce {"begin": "x"}', 'n0nce {"test": "a", "status": "FAILED"}', 'n0nce {"test": "a", "status": "PASSED"}',
-      'n0nce {"end": 1}'], "reported twice"),
-    (['n0nce {"begin": "x"}', 'n0nce {"end": 0}', 'n0nce {"test": "a", "status": "PASSED"}'], "not the runner's"),
-    (['n0nce {"begin": "x"}', 'n0nce {"test": "a", "status": "PASSED"}'], "ended before"),
-    (['n0nce {"begin": "x"}', 'n0nce {"tampered": ["changed: x"]}', 'n0nce {"end": 0}'], "tampered"),
-])
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        ([], "did not start"),
+        (['n0nce {"test": "a", "status": "PASSED"}'], "did not start"),
+        (['n0nce {"begin": "x"}', "PASSED a", 'n0nce {"end": 1}'], "not the runner's"),
+        (
+            ['n0nce {"begin": "x"}', 'other {"test": "a", "status": "PASSED"}', 'n0nce {"end": 1}'],
+            "not the runner's",
+        ),
+        (
+            [
+                'n0nce {"begin": "x"}',
+                'n0nce {"test": "a", "status": "FAILED"}',
+                'n0nce {"test": "a", "status": "PASSED"}',
+                'n0nce {"end": 1}',
+            ],
+            "reported twice",
+        ),
+        (
+            ['n0nce {"begin": "x"}', 'n0nce {"end": 0}', 'n0nce {"test": "a", "status": "PASSED"}'],
+            "not the runner's",
+        ),
+        (['n0nce {"begin": "x"}', 'n0nce {"test": "a", "status": "PASSED"}'], "ended before"),
+        (['n0nce {"begin": "x"}', 'n0nce {"tampered": ["changed: x"]}', 'n0nce {"end": 0}'], "tampered"),
+    ],
+)
 def test_the_report_is_trusted_only_when_whole(lines, why):
     from cascade_envs.envs.swe.grading import judge_run
     from cascade_envs.sandbox import ExecResult
@@ -154,7 +177,9 @@ def test_the_report_is_trusted_only_when_whole(lines, why):
 
 
 def test_a_whole_report_gives_the_verdict():
-    report = read_report(b'n0nce {"begin": "x"}\nn0nce {"test": "a", "status": "XFAIL"}\nn0nce {"end": 1}\n', NONCE)
+    report = read_report(
+        b'n0nce {"begin": "x"}\nn0nce {"test": "a", "status": "XFAIL"}\nn0nce {"end": 1}\n', NONCE
+    )
     assert report.began and report.ended and report.statuses == {"a": "XFAIL"} and not report.foreign
 
 
@@ -165,7 +190,10 @@ def test_the_host_repo_of_a_host_directory_row_is_copied_not_mounted(tally):
 
 
 def test_a_fix_that_turns_a_module_into_a_package_scores_1(tally):
-    refactor = (gold(tally["patch"]) + "mkdir tally/core && git mv 2>/dev/null; mv tally/core.py tally/core/__init__.py && "
-                "printf 'VERSION = 2\\n' > tally/core/extra.py")
+    refactor = (
+        gold(tally["patch"])
+        + "mkdir tally/core && git mv 2>/dev/null; mv tally/core.py tally/core/__init__.py && "
+        "printf 'VERSION = 2\\n' > tally/core/extra.py"
+    )
     reward = asyncio.run(graded(read_task(tally), refactor))
     assert reward.value == 1.0 and reward.components["files_changed"] == 3, reward

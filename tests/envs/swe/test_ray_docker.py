@@ -23,7 +23,10 @@ from tests.sandbox.conftest import unique_marker
 from .conftest import LIMITS, bundled_rows, call, fix_calls, row, swe_sandbox
 
 if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("openhands.tools") is None:
-    pytest.skip("the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh", allow_module_level=True)
+    pytest.skip(
+        "the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh",
+        allow_module_level=True,
+    )
 ray = pytest.importorskip("ray", reason="Ray is not installed (.ci/swe.sh installs it in .venv-swe)")
 from cascade_envs.distributed import attach_ray  # noqa: E402 - needs ray
 
@@ -50,14 +53,18 @@ class Watching:
 def test_a_ray_actor_plays_swe_episodes_in_its_nodes_docker(local_ray):
     swe_sandbox("docker", bundled_rows())
     marker = unique_marker()
-    kwargs = {"sandbox": DockerSandbox(labels={"cascade-test": marker}, **LIMITS), "command_timeout_s": 10,
-              "test_timeout_s": 60}
+    kwargs = {
+        "sandbox": DockerSandbox(labels={"cascade-test": marker}, **LIMITS),
+        "command_timeout_s": 10,
+        "test_timeout_s": 60,
+    }
     remote = attach_ray(EnvMix([SWE], env_kwargs={SWE: kwargs}), "auto", env_actors=1)
     try:
         pool = remote.envs[SWE].pool
         (info,) = ray.get([actor.ready.remote() for actor in pool.actors])
-        policy = Watching([call("terminal", command="ls"), *fix_calls("inilite"), call("finish", message="Done.")],
-                          marker)
+        policy = Watching(
+            [call("terminal", command="ls"), *fix_calls("inilite"), call("finish", message="Done.")], marker
+        )
         (group,) = RolloutRunner(policy, group_size=2, envs=remote.envs).run([(SWE, row("inilite"))])
         assert [e.reward.value for e in group.episodes] == [1.0, 1.0], [e.reward for e in group.episodes]
         assert policy.owners == {f"{info['host']}:{info['pid']}"}  # the actor's own, on its node's daemon

@@ -33,24 +33,27 @@ def test_test_lists_may_be_lists_or_json_text():
     assert as_list.fail_to_pass == read_task(r).fail_to_pass
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"problem_statement": "  "}, "problem_statement"),
-    ({"FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"),
-    ({"FAIL_TO_PASS": "[not json"}, "FAIL_TO_PASS"),
-    ({"PASS_TO_PASS": [1, 2]}, "PASS_TO_PASS"),
-    ({"test_framework": None, "test_log_format": "tap"}, "test_log_format"),
-    ({"test_framework": "nose"}, "test_framework"),
-    ({"test_globs": "tests/*"}, "test_globs"),
-    ({"test_globs": [""]}, "test_globs"),
-    ({"workdir": "testbed"}, "workdir"),
-    ({"workdir": "/"}, "workdir"),
-    ({"repo_snapshot": "bundled:swe/repos/missing.json"}, "repo_snapshot"),
-    ({"repo_snapshot": None}, "repo_snapshot"),
-    ({"repo_snapshot": "bundled:swe/tasks.jsonl"}, "repo_snapshot"),
-    ({"test_patch": "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n"}, "test_patch"),
-    ({"setup_cmd": ""}, "setup_cmd"),
-    ({"image": 3, "repo_snapshot": None}, "image"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"problem_statement": "  "}, "problem_statement"),
+        ({"FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"),
+        ({"FAIL_TO_PASS": "[not json"}, "FAIL_TO_PASS"),
+        ({"PASS_TO_PASS": [1, 2]}, "PASS_TO_PASS"),
+        ({"test_framework": None, "test_log_format": "tap"}, "test_log_format"),
+        ({"test_framework": "nose"}, "test_framework"),
+        ({"test_globs": "tests/*"}, "test_globs"),
+        ({"test_globs": [""]}, "test_globs"),
+        ({"workdir": "testbed"}, "workdir"),
+        ({"workdir": "/"}, "workdir"),
+        ({"repo_snapshot": "bundled:swe/repos/missing.json"}, "repo_snapshot"),
+        ({"repo_snapshot": None}, "repo_snapshot"),
+        ({"repo_snapshot": "bundled:swe/tasks.jsonl"}, "repo_snapshot"),
+        ({"test_patch": "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n"}, "test_patch"),
+        ({"setup_cmd": ""}, "setup_cmd"),
+        ({"image": 3, "repo_snapshot": None}, "image"),
+    ],
+)
 def test_bad_rows_name_their_field(change, field):
     with pytest.raises(TaskError) as caught:
         read_task({**row("durations"), **change})
@@ -67,11 +70,17 @@ def test_the_framework_is_named_or_inferred_from_the_ids():
     pytest_ids = {"FAIL_TO_PASS": ["tests/test_a.py::test_x[1-2]"], "PASS_TO_PASS": []}
     assert read_task({**row("durations"), **pytest_ids, "test_framework": None}).framework == "pytest"
     assert read_task({**row("durations"), "test_framework": "pytest"}).framework == "pytest"
-    swe_bench = {k: v for k, v in row("durations").items() if k not in ("test_framework", "test_log_format", "test_cmd")}
+    swe_bench = {
+        k: v
+        for k, v in row("durations").items()
+        if k not in ("test_framework", "test_log_format", "test_cmd")
+    }
     assert read_task({**swe_bench, "test_cmd": "pytest -rA"}).framework == "unittest"  # test_cmd is not used
 
 
 PASSED = "PASSED"
+
+
 def test_verdict_follows_swe_bench_rules(durations):
     everything = {t: PASSED for t in (*durations.fail_to_pass, *durations.pass_to_pass)}
     assert verdict(durations, everything).reward().value == 1.0
@@ -91,37 +100,64 @@ def file(text: str, mode: int = 0o644) -> Entry:
 
 
 def test_the_screen_keeps_source_changes_and_drops_what_a_fix_never_holds(durations):
-    base = {"durations/core.py": file("old"), "durations/__init__.py": file("init"), "tests/test_parse.py": file("t"),
-            "tests/helper.py": file("h"), "setup.cfg": file("[x]"), "README.md": file("r")}
-    now = {**base,
-           "durations/core.py": file("new"),                          # kept: the fix
-           "durations/extra.py": file("more", 0o755),                 # kept: a new module inside the package
-           "NOTES.md": file("notes"),                                  # kept: a new top-level non-module
-           "tests/test_parse.py": file("gutted"),                     # the test patch's file
-           "tests/helper.py": file("hacked"),                         # a test helper
-           "durations/tests/test_new.py": file("x"),                   # a new test file
-           "durations/conftest.py": file("x"), "setup.cfg": file("[y]"), "durations/x.pth": file("x"),  # hooks
-           "durations.egg-info/entry_points.txt": file("[pytest11]\nx = durations.hack\n"),
-           "durations/fast.pyc": file("x"), "durations/blob.txt": file("a\0b"),   # compiled, binary
-           "argparse.py": file("x"), "unittest/__init__.py": file("x"),           # new top-level modules
-           "durations/link": Entry("link"), "durations/fifo": Entry("other"),     # special files
-           "durations/locked.py": Entry("file", error="Permission denied"),
-           "durations/huge.py": Entry("file", big=True), "bad\udcff.py": file("x")}
+    base = {
+        "durations/core.py": file("old"),
+        "durations/__init__.py": file("init"),
+        "tests/test_parse.py": file("t"),
+        "tests/helper.py": file("h"),
+        "setup.cfg": file("[x]"),
+        "README.md": file("r"),
+    }
+    now = {
+        **base,
+        "durations/core.py": file("new"),  # kept: the fix
+        "durations/extra.py": file("more", 0o755),  # kept: a new module inside the package
+        "NOTES.md": file("notes"),  # kept: a new top-level non-module
+        "tests/test_parse.py": file("gutted"),  # the test patch's file
+        "tests/helper.py": file("hacked"),  # a test helper
+        "durations/tests/test_new.py": file("x"),  # a new test file
+        "durations/conftest.py": file("x"),
+        "setup.cfg": file("[y]"),
+        "durations/x.pth": file("x"),  # hooks
+        "durations.egg-info/entry_points.txt": file("[pytest11]\nx = durations.hack\n"),
+        "durations/fast.pyc": file("x"),
+        "durations/blob.txt": file("a\0b"),  # compiled, binary
+        "argparse.py": file("x"),
+        "unittest/__init__.py": file("x"),  # new top-level modules
+        "durations/link": Entry("link"),
+        "durations/fifo": Entry("other"),  # special files
+        "durations/locked.py": Entry("file", error="Permission denied"),
+        "durations/huge.py": Entry("file", big=True),
+        "bad\udcff.py": file("x"),
+    }
     del now["README.md"], now["durations/__init__.py"]
     change = screen(base, now, durations)
     assert set(change.written) == {"durations/core.py", "durations/extra.py", "NOTES.md"}
-    assert change.written["durations/extra.py"].mode == 0o755 and change.written["durations/core.py"].data == b"new"
+    assert (
+        change.written["durations/extra.py"].mode == 0o755
+        and change.written["durations/core.py"].data == b"new"
+    )
     assert set(change.deleted) == {"README.md", "durations/__init__.py"}
     why = change.ignored
-    assert why["tests/test_parse.py"] == "a file of the test patch" and why["tests/helper.py"] == "a test file"
+    assert (
+        why["tests/test_parse.py"] == "a file of the test patch" and why["tests/helper.py"] == "a test file"
+    )
     assert why["durations/tests/test_new.py"] == "a test file"
-    assert {why[p] for p in ("durations/conftest.py", "setup.cfg", "durations/x.pth",
-                             "durations.egg-info/entry_points.txt")} == {
-        "a test-runner or interpreter hook file"}
+    assert {
+        why[p]
+        for p in (
+            "durations/conftest.py",
+            "setup.cfg",
+            "durations/x.pth",
+            "durations.egg-info/entry_points.txt",
+        )
+    } == {"a test-runner or interpreter hook file"}
     assert why["durations/fast.pyc"] == why["durations/blob.txt"] == "a compiled or binary file"
     assert why["argparse.py"] == why["unittest/__init__.py"] == "a new top-level module or package"
     assert why["durations/link"] == "a symbolic link" and why["durations/fifo"] == "not a regular file"
-    assert why["durations/locked.py"].startswith("unreadable") and why["durations/huge.py"].startswith("larger than")
+    assert why["durations/locked.py"].startswith("unreadable") and why["durations/huge.py"].startswith(
+        "larger than"
+    )
     assert why["bad\udcff.py"] == "a name that is not UTF-8"
 
 
@@ -131,8 +167,9 @@ def test_deleting_tests_is_ignored_and_row_globs_add_to_the_defaults(durations):
     change = screen(base, {"durations/core.py": file("c")}, custom)
     assert change.deleted == () and set(change.ignored) == {"tests/test_parse.py", "spec/check_core.py"}
     assert change.empty and change.ignored["spec/check_core.py"] == "deleting a test file"
-    assert screen(base, {"tests/test_parse.py": file("t"), "durations/core.py": file("c")}, durations).deleted == (
-        "spec/check_core.py",)
+    assert screen(
+        base, {"tests/test_parse.py": file("t"), "durations/core.py": file("c")}, durations
+    ).deleted == ("spec/check_core.py",)
 
 
 def test_public_swe_bench_rows_load_with_an_image(shared_data):

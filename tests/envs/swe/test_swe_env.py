@@ -29,7 +29,10 @@ from tests.sandbox.conftest import backend_or_skip, host_pids_of, unique_marker
 from .conftest import LIMITS, bundled_rows, call, fix_calls, row, swe_sandbox
 
 if importlib.util.find_spec("openhands") is None or importlib.util.find_spec("openhands.tools") is None:
-    pytest.skip("the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh", allow_module_level=True)
+    pytest.skip(
+        "the OpenHands SDK is not installed (it needs Python >= 3.12): run .ci/swe.sh",
+        allow_module_level=True,
+    )
 
 FINISH = call("finish", message="Done.")
 
@@ -85,8 +88,13 @@ def test_a_policy_that_fixes_the_bug_earns_1(env, name):
 
 
 def test_a_policy_that_does_not_fix_it_earns_0(env):
-    edit = call("file_editor", command="str_replace", path="/testbed/durations/core.py",
-                old_str="    if not isinstance(text, str)", new_str="    if text is None or not isinstance(text, str)")
+    edit = call(
+        "file_editor",
+        command="str_replace",
+        path="/testbed/durations/core.py",
+        old_str="    if not isinstance(text, str)",
+        new_str="    if text is None or not isinstance(text, str)",
+    )
     (episode,) = play(env, [row("durations")], [edit, FINISH])
     assert episode.reward.value == 0.0 and not episode.reward.masked
     assert "FAIL_TO_PASS still fail" in episode.reward.reason
@@ -96,7 +104,11 @@ def test_the_turn_limit_truncates_with_0(env):
     limited = SweEnv(sandbox=env.sandbox, max_turns=3, command_timeout_s=10)
     (episode,) = play(limited, [row("inilite")], [*fix_calls("inilite"), call("terminal", command="ls")])
     assert episode.truncated and episode.turns == 3
-    assert episode.reward.value == 0.0 and not episode.reward.masked and "turn limit of 3" in episode.reward.reason
+    assert (
+        episode.reward.value == 0.0
+        and not episode.reward.masked
+        and "turn limit of 3" in episode.reward.reason
+    )
 
 
 def test_context_overflow_and_token_budget_end_as_truncated(env):
@@ -113,7 +125,9 @@ def test_the_deadline_cuts_a_running_command_and_truncates(env):
     assert episode.truncated and "episode deadline of 2 s" in episode.reward.reason
     own = SweEnv(sandbox=env.sandbox, episode_timeout_s=2, max_command_timeout_s=40)  # the env's own budget
     (episode,) = play(own, [row("inilite")], [sleep])
-    assert episode.truncated and "episode deadline of 2 s" in episode.reward.reason and not episode.reward.masked
+    assert (
+        episode.truncated and "episode deadline of 2 s" in episode.reward.reason and not episode.reward.masked
+    )
     assert time.monotonic() - start < 10
     if command_uid(env.sandbox) is not None:
         time.sleep(0.5)
@@ -123,7 +137,11 @@ def test_the_deadline_cuts_a_running_command_and_truncates(env):
 def test_a_workspace_that_fails_to_set_up_is_masked(env):
     broken = {**row("durations"), "setup_cmd": "python3 -c 'import nonexistent_dependency'"}
     (episode,) = play(env, [broken], [FINISH])
-    assert episode.reward.masked and "workspace setup" in episode.reward.error and "setup_cmd exit code 1" in episode.reward.error
+    assert (
+        episode.reward.masked
+        and "workspace setup" in episode.reward.error
+        and "setup_cmd exit code 1" in episode.reward.error
+    )
     with pytest.raises(SandboxError, match="workspace setup"):
         env.reset(options={"task": broken})
 
@@ -141,7 +159,9 @@ def test_bad_input_gets_clear_observations_in_bounded_time(env):
         call("terminal", command="sleep 1000", timeout=1),
         call("terminal", command="yes 'flood flood flood'"),
         call("terminal", command="b() { b | b & }; b", timeout=2),
-        call("terminal", command="rm -rf --no-preserve-root / 2>/dev/null; ls -A /testbed | wc -l", timeout=20),
+        call(
+            "terminal", command="rm -rf --no-preserve-root / 2>/dev/null; ls -A /testbed | wc -l", timeout=20
+        ),
         call("terminal", command="", is_input=True),
         call("file_editor", command="delete", path="/testbed/x"),
         FINISH,
@@ -181,17 +201,25 @@ def test_local_workspace_runs_the_same_episode_without_reach_to_the_rows(env, tm
     tasks.write_text(json.dumps(row("durations")) + "\n")
     made = SweEnv(str(tasks), sandbox=local, command_timeout_s=10, allow_unsafe_local=True)
     bundled = os.path.dirname(str(resolve_path("bundled:swe/tasks.jsonl")))
-    snoop = call("terminal", command=f"cat {tasks} {bundled}/tasks.jsonl 2>&1 | grep -c parse_duration; "
-                                     f"echo hi > /testbed-escape 2>&1; ls {tmp_path}")
+    snoop = call(
+        "terminal",
+        command=f"cat {tasks} {bundled}/tasks.jsonl 2>&1 | grep -c parse_duration; "
+        f"echo hi > /testbed-escape 2>&1; ls {tmp_path}",
+    )
     try:
-        (episode,) = play(made, [row("durations")], [call("terminal", command="pwd"), snoop, *fix_calls("durations"),
-                                                      FINISH])
+        (episode,) = play(
+            made,
+            [row("durations")],
+            [call("terminal", command="pwd"), snoop, *fix_calls("durations"), FINISH],
+        )
     finally:
         made.close()
     assert episode.reward.value == 1.0, episode.reward
     workdir = episode.messages[3]["content"].splitlines()[0]
     assert workdir.startswith(tempfile.gettempdir()) and workdir in episode.messages[1]["content"]
-    assert episode.messages[5]["content"].startswith("0\n"), episode.messages[5]["content"]  # the rows are hidden
+    assert episode.messages[5]["content"].startswith("0\n"), episode.messages[5][
+        "content"
+    ]  # the rows are hidden
 
 
 def test_nothing_is_left_behind(env, private_tempdir):
@@ -199,13 +227,20 @@ def test_nothing_is_left_behind(env, private_tempdir):
     if env.sandbox.name == "docker":  # this test's containers carry a label of their own
         env = SweEnv(sandbox=swe_sandbox("docker", labels={"cascade-test": marker}), command_timeout_s=10)
         volumes = docker_support.volumes()
-    play(env, [row("durations"), row("inilite")], [call("terminal", command=f"sleep {marker}0 &"), FINISH], group_size=2)
+    play(
+        env,
+        [row("durations"), row("inilite")],
+        [call("terminal", command=f"sleep {marker}0 &"), FINISH],
+        group_size=2,
+    )
     time.sleep(0.2)
     assert glob.glob(os.path.join(private_tempdir, "cascade-workspace-*")) == []
     if command_uid(env.sandbox) is not None:
         assert host_pids_of(command_uid(env.sandbox), "sleep", marker) == []
     if env.sandbox.name == "docker":
-        assert docker_support.containers(f"cascade-test={marker}") == [] and docker_support.volumes() <= volumes
+        assert (
+            docker_support.containers(f"cascade-test={marker}") == [] and docker_support.volumes() <= volumes
+        )
 
 
 def command_uid(sandbox) -> int | None:

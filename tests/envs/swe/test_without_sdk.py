@@ -8,7 +8,10 @@ import pytest
 
 from cascade_envs.core import CascadeError
 
-HAS_SDK = importlib.util.find_spec("openhands") is not None and importlib.util.find_spec("openhands.tools") is not None
+HAS_SDK = (
+    importlib.util.find_spec("openhands") is not None
+    and importlib.util.find_spec("openhands.tools") is not None
+)
 
 
 @pytest.mark.skipif(HAS_SDK, reason="the OpenHands SDK is installed here")

@@ -34,14 +34,28 @@ def expect(expected: Any, distractors: list[str] | None = None) -> ExpectedAnswe
 # ----- matching -----------------------------------------------------------------------------------
 
 FOUND = [
-    ("Ready for review: Icon set for new integrations",
-     ['The subject was "READY FOR REVIEW - icon set for new\n   integrations".', "ready for review icon set for new integrations"]),
+    (
+        "Ready for review: Icon set for new integrations",
+        [
+            'The subject was "READY FOR REVIEW - icon set for new\n   integrations".',
+            "ready for review icon set for new integrations",
+        ],
+    ),
     ("1204", ["There were 1,204 visits.", "1204", "about 1204.0 in total", "visits: 1204!"]),
     ("273.4286", ["273 seconds", "273.4 s", "~273.43 seconds on average"]),
     ("0", ["Zara has 0 tasks in progress."]),
     ("00000064", ["event 64", "event 00000064"]),
-    ("2025-11-11", ["on Nov 11", "on November 11th, 2025", "11 November", "11/11/2025", "2025-11-11 18:03:27",
-                    "Tuesday, Nov. 11"]),
+    (
+        "2025-11-11",
+        [
+            "on Nov 11",
+            "on November 11th, 2025",
+            "11 November",
+            "11/11/2025",
+            "2025-11-11 18:03:27",
+            "Tuesday, Nov. 11",
+        ],
+    ),
     ("2pm", ["at 14:00", "at 2:00 PM", "at 2 p.m.", "14:00:00"]),
     ("Hannah Brooks", ["hannah.brooks@fernbrook.io", "HANNAH  BROOKS"]),
     (["Paloma Novak", "Wendell Ashby"], ["Wendell Ashby and Paloma Novak."]),
@@ -86,8 +100,13 @@ def test_the_reason_names_what_is_missing():
 def test_a_distractor_in_the_reply_scores_0_even_beside_the_answer():
     answer = expect("11", ["13", "43", "Hannah Kim", "2025-11-03"])
     assert answer.check("11 visits (and 1, 2, 4 on single days)")[0]  # values not listed are fine
-    for reply, stated in [("11 or 13", "'13'"), ("11, out of 43 in all", "'43'"), ("11; ask Hannah Kim", "'Hannah Kim'"),
-                          ("11 since Nov 3", "'2025-11-03'"), ("11 (13.0 last week)", "'13'")]:
+    for reply, stated in [
+        ("11 or 13", "'13'"),
+        ("11, out of 43 in all", "'43'"),
+        ("11; ask Hannah Kim", "'Hannah Kim'"),
+        ("11 since Nov 3", "'2025-11-03'"),
+        ("11 (13.0 last week)", "'13'"),
+    ]:
         found, reason = answer.check(reply)
         assert not found and reason == f"the final reply also states {stated}, a wrong answer to the question"
     assert answer.check("11 (13.4 on average)")[0]  # 13.4 is not 13
@@ -97,18 +116,24 @@ def test_listing_every_candidate_scores_0():
     numbers = expect("11", ["13", "43"])
     found, reason = numbers.check(" ".join(str(n) for n in range(2001)))  # ~9,000 characters
     assert not found and f"must fit in {MAX_ANSWER_CHARS:,}" in reason
-    found, reason = numbers.check(" ".join(str(n) for n in range(301)))  # short enough: the distractors catch it
+    found, reason = numbers.check(
+        " ".join(str(n) for n in range(301))
+    )  # short enough: the distractors catch it
     assert not found and "also states '13'" in reason
 
 
 def test_an_empty_or_huge_reply_is_refused_in_bounded_time():
     words = expect(["a " * 99 + "b"] * MAX_ITEMS, ["a " * 99 + "c"] * MAX_DISTRACTORS)
-    numbers = expect([[str(n + 0.5) for n in range(16)]] * MAX_ITEMS, [str(n) for n in range(MAX_DISTRACTORS)])
+    numbers = expect(
+        [[str(n + 0.5) for n in range(16)]] * MAX_ITEMS, [str(n) for n in range(MAX_DISTRACTORS)]
+    )
     start = time.perf_counter()
     assert not words.check("")[0]
     assert not words.check("a " * (MAX_ANSWER_CHARS // 2))[0]  # the worst case for the token search
     assert not numbers.check("7 " * (MAX_ANSWER_CHARS // 2))[0]  # and for the numbers: 1,000 of them
-    assert not numbers.check(" ".join(f"{n}.{n % 10}" for n in range(100, 430)))[0]  # 330 decimals, under the cap
+    assert not numbers.check(" ".join(f"{n}.{n % 10}" for n in range(100, 430)))[
+        0
+    ]  # 330 decimals, under the cap
     assert not words.check("x" * (10 * 2**20))[0]
     assert time.perf_counter() - start < 0.5
     assert len(numbers.check("nothing")[1]) < 500  # a bounded reason, however long the items
@@ -126,8 +151,16 @@ BAD_FIELDS = [
     ({"distractors": ["13"]}, "distractors", "only a row with an 'expected_answer'"),
     ({"expected_answer": "11", "distractors": "13"}, "distractors", "a list of at most"),
     ({"expected_answer": "11", "distractors": [["13"]]}, "distractors", "expected a string"),
-    ({"expected_answer": "Hannah Brooks", "distractors": ["Hannah"]}, "distractors", "a right reply would score 0"),
-    ({"expected_answer": "2025-11-11", "distractors": ["Nov 11"]}, "distractors", "a right reply would score 0"),
+    (
+        {"expected_answer": "Hannah Brooks", "distractors": ["Hannah"]},
+        "distractors",
+        "a right reply would score 0",
+    ),
+    (
+        {"expected_answer": "2025-11-11", "distractors": ["Nov 11"]},
+        "distractors",
+        "a right reply would score 0",
+    ),
 ]
 
 
@@ -144,6 +177,7 @@ def test_a_row_without_the_fields_has_no_answer_to_check():
 
 # ----- episodes of the bundled question tasks -----------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def questions(env: WorkplaceEnv) -> dict[Any, dict[str, Any]]:
     found = {task["id"]: task for task in (t.row for t in env.tasks or []) if "expected_answer" in task}
@@ -152,8 +186,10 @@ def questions(env: WorkplaceEnv) -> dict[Any, dict[str, Any]]:
 
 
 def solution_texts(task: dict[str, Any]) -> list[str]:
-    return [f"<tool_call>{json.dumps({'name': c['name'], 'arguments': json.loads(c['arguments'])})}</tool_call>"
-            for c in task["solution"]]
+    return [
+        f"<tool_call>{json.dumps({'name': c['name'], 'arguments': json.loads(c['arguments'])})}</tool_call>"
+        for c in task["solution"]
+    ]
 
 
 def play(env: WorkplaceEnv, task: dict[str, Any], texts: list[str]) -> Reward:
@@ -181,7 +217,9 @@ def answered(env: WorkplaceEnv, task: dict[str, Any], reply: str) -> Reward:
 
 def items(task: dict[str, Any]) -> list[list[str]]:
     value = task["expected_answer"]
-    return [[item] if isinstance(item, str) else item for item in ([value] if isinstance(value, str) else value)]
+    return [
+        [item] if isinstance(item, str) else item for item in ([value] if isinstance(value, str) else value)
+    ]
 
 
 def phrasings(task: dict[str, Any]) -> list[str]:
@@ -212,30 +250,54 @@ def test_a_wrong_answer_or_none_scores_0(env, questions):
         for case, reply in cases.items():
             reward = answered(env, task, reply)
             assert reward.value == 0.0 and not reward.masked, (task["id"], case, reward)
-            expected = {"empty": "no final answer", "hedged": "also states"}.get(case, "does not state the expected")
+            expected = {"empty": "no final answer", "hedged": "also states"}.get(
+                case, "does not state the expected"
+            )
             assert expected in reward.reason, (task["id"], case, reward.reason)
 
 
 def directory_names(env: WorkplaceEnv) -> list[str]:
     """Every address in the directory and the full name it spells."""
-    return [*env.workplace.directory, *(a.split("@")[0].replace(".", " ").title() for a in env.workplace.directory)]
+    return [
+        *env.workplace.directory,
+        *(a.split("@")[0].replace(".", " ").title() for a in env.workplace.directory),
+    ]
 
 
 def test_listing_every_candidate_scores_0_on_every_question(env, questions):
     crm = [row["customer_name"] for row in env.workplace["customer_relationship_manager"]]
     emails = [row["subject"] for row in env.workplace["email"]]
     days = [f"2025-11-{d:02d}" for d in range(1, 31)]
-    kinds = {"numbers": " ".join(map(str, range(501))), "people": ", ".join(directory_names(env)),
-             "customers": ", ".join(crm), "days": ", ".join(days)}
+    kinds = {
+        "numbers": " ".join(map(str, range(501))),
+        "people": ", ".join(directory_names(env)),
+        "customers": ", ".join(crm),
+        "days": ", ".join(days),
+    }
     for task in questions.values():
         wanted = {w.casefold() for item in items(task) for w in item}
-        kind = ("people" if any("@" in w for w in wanted) else "customers" if any(n.casefold() in wanted for n in crm)
-                else "days" if any(d in wanted for d in days) else "numbers")
-        if any(s.casefold() in wanted for s in emails):  # a subject: list every subject of its sender's search
-            kind, kinds["subjects"] = "subjects", ", ".join([*task["distractors"], *(i[0] for i in items(task))])
+        kind = (
+            "people"
+            if any("@" in w for w in wanted)
+            else "customers"
+            if any(n.casefold() in wanted for n in crm)
+            else "days"
+            if any(d in wanted for d in days)
+            else "numbers"
+        )
+        if any(
+            s.casefold() in wanted for s in emails
+        ):  # a subject: list every subject of its sender's search
+            kind, kinds["subjects"] = (
+                "subjects",
+                ", ".join([*task["distractors"], *(i[0] for i in items(task))]),
+            )
         listed = kinds[kind] + ", longer"  # the verdict word too, for the one question that asks for it
         reward = answered(env, task, listed)
-        assert len(listed) <= MAX_ANSWER_CHARS and reward.value == 0.0 and not reward.masked, (task["id"], kind)
+        assert len(listed) <= MAX_ANSWER_CHARS and reward.value == 0.0 and not reward.masked, (
+            task["id"],
+            kind,
+        )
         assert "also states" in reward.reason, (task["id"], kind, reward.reason)
         everything = answered(env, task, " ".join(map(str, range(2001))) + " " + listed)
         assert everything.value == 0.0 and "must fit in" in everything.reason, task["id"]
@@ -243,8 +305,11 @@ def test_listing_every_candidate_scores_0_on_every_question(env, questions):
 
 def test_state_and_answer_are_both_needed_and_the_reason_says_which_failed(env, questions):
     task = next(t for t in questions.values() if t["ground_truth"])  # a question that also asks for a write
-    reads = [text for text, c in zip(solution_texts(task), task["solution"], strict=True)
-             if c not in task["ground_truth"]]
+    reads = [
+        text
+        for text, c in zip(solution_texts(task), task["solution"], strict=True)
+        if c not in task["ground_truth"]
+    ]
     right = final_reply(task)
     both = answered(env, task, right)
     no_write = play(env, task, [*reads, right])
@@ -253,7 +318,9 @@ def test_state_and_answer_are_both_needed_and_the_reason_says_which_failed(env, 
     assert both.value == 1.0
     assert no_write.value == 0.0 and "differs from the expected one" in no_write.reason
     assert "states the expected answer" in no_write.reason
-    assert no_answer.value == 0.0 and no_answer.reason.startswith("the final state matches the expected one; ")
+    assert no_answer.value == 0.0 and no_answer.reason.startswith(
+        "the final state matches the expected one; "
+    )
     assert "does not state the expected answer" in no_answer.reason
     assert "differs" in neither.reason and "does not state" in neither.reason
     cut = play(env, task, solution_texts(task))  # the writes made, the turn limit reached, no reply

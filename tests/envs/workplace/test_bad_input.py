@@ -58,15 +58,20 @@ def tasks(env: WorkplaceEnv) -> dict[str, dict[str, Any]]:
     """Bundled tasks by request text, and three picked by what they do."""
     rows = [t.row for t in env.tasks or []]
     by_shape = {
-        "send": next(t for t in rows if [c["name"] for c in t["solution"]] ==
-                     ["company_directory_find_email_address", SEND]),
+        "send": next(
+            t
+            for t in rows
+            if [c["name"] for c in t["solution"]] == ["company_directory_find_email_address", SEND]
+        ),
         "read only": next(t for t in rows if not t["ground_truth"] and len(t["solution"]) == 1),
         "delete": next(t for t in rows if [c["name"] for c in t["ground_truth"]] == ["email_delete_email"]),
     }
     return by_shape
 
 
-async def play(env: WorkplaceEnv, task: dict[str, Any], texts: list[str | Completion]) -> tuple[Episode, Reward, list]:
+async def play(
+    env: WorkplaceEnv, task: dict[str, Any], texts: list[str | Completion]
+) -> tuple[Episode, Reward, list]:
     """Play ``texts`` as the model's turns (stopping when the episode ends); its reward and tool messages."""
     episode = await env.astart(env.load(task))
     observations: list = []
@@ -89,18 +94,36 @@ def first_tool_message(observations: list) -> str:
 # ----- malformed calls: an error message, then the episode goes on and can still earn 1 ------------
 
 MALFORMED = {
-    "broken JSON": ('<tool_call>{"name": "email_send_email", "arguments": {"recipient": </tool_call>',
-                    "invalid JSON"),
+    "broken JSON": (
+        '<tool_call>{"name": "email_send_email", "arguments": {"recipient": </tool_call>',
+        "invalid JSON",
+    ),
     "not an object": ("<tool_call>[1, 2, 3]</tool_call>", "expected an object with a string 'name'"),
-    "arguments not an object": ('<tool_call>{"name": "email_send_email", "arguments": [1]}</tool_call>',
-                                "'arguments' must be an object"),
+    "arguments not an object": (
+        '<tool_call>{"name": "email_send_email", "arguments": [1]}</tool_call>',
+        "'arguments' must be an object",
+    ),
     "unknown tool": (call_text("email_sendd_email", recipient="a@b.io"), "did you mean 'email_send_email'"),
-    "wrong types": (call_text(SEND, recipient=["x@y.io"], subject=7, body=None), "invalid arguments for email_send_email"),
+    "wrong types": (
+        call_text(SEND, recipient=["x@y.io"], subject=7, body=None),
+        "invalid arguments for email_send_email",
+    ),
     "page is text": (call_text("email_search_emails", query="budget", page="two"), "invalid arguments"),
-    "page size below 1": (call_text("email_search_emails", query="budget", page_size=-3), "page_size must be at least 1"),
+    "page size below 1": (
+        call_text("email_search_emails", query="budget", page_size=-3),
+        "page_size must be at least 1",
+    ),
     "unknown argument": (call_text(SEND, recipient="a@b.io", subject="s", body="b", cc="c@d.io"), "cc"),
-    "bad date": (call_text("calendar_create_event", event_name="x", participant_email="a@b.io",
-                           event_start="next tuesday", duration="30"), "Invalid event_start format"),
+    "bad date": (
+        call_text(
+            "calendar_create_event",
+            event_name="x",
+            participant_email="a@b.io",
+            event_start="next tuesday",
+            duration="30",
+        ),
+        "Invalid event_start format",
+    ),
     "missing id": (call_text("email_delete_email", email_id="99999999"), "Email not found."),
 }
 
@@ -120,8 +143,10 @@ def test_the_whole_run_goes_on_through_bad_turns(env, tasks):
     """Through the RolloutRunner: every episode gets its reward, none an error."""
     bad = [text for text, _ in MALFORMED.values()]
 
-    finals = {task["responses_create_params"]["input"][-1]["content"]: final_reply(task, ANSWER)
-              for task in tasks.values()}
+    finals = {
+        task["responses_create_params"]["input"][-1]["content"]: final_reply(task, ANSWER)
+        for task in tasks.values()
+    }
 
     def turn(messages):
         """Two malformed calls a turn for five turns (all ten cases), then an answer (a question's, stated)."""
@@ -144,6 +169,7 @@ def test_the_whole_run_goes_on_through_bad_turns(env, tasks):
 
 # ----- size: huge arguments, huge replies, calls over thousands of rows ----------------------------
 
+
 def test_a_10_mb_email_body_is_refused_and_the_episode_goes_on(env, tasks):
     task = tasks["send"]
     recipient = json.loads(task["ground_truth"][0]["arguments"])["recipient"]
@@ -151,7 +177,10 @@ def test_a_10_mb_email_body_is_refused_and_the_episode_goes_on(env, tasks):
     with within(5.0):
         episode, reward, observations = asyncio.run(play(env, task, [huge, *solution_texts(task), ANSWER]))
     message = first_tool_message(observations)
-    assert message.startswith("Error: argument 'body' has 10,485,760 characters") and f"{MAX_TEXT_CHARS:,}" in message
+    assert (
+        message.startswith("Error: argument 'body' has 10,485,760 characters")
+        and f"{MAX_TEXT_CHARS:,}" in message
+    )
     assert reward.value == 1.0 and episode.state is None  # nothing was stored; released after scoring
 
 
@@ -169,21 +198,40 @@ def big_tables(tmp_path_factory) -> Path:
     shutil.copytree(TABLES, folder)
     with (folder / "emails.csv").open("a", newline="", encoding="utf-8") as fh:
         csv.writer(fh, lineterminator="\n").writerows(
-            [f"{90_000 + i:08d}", "inbox", "digest@parcelgrid.com", f"Parcelgrid alert {i}", "2025-11-01 07:00:00",
-             "Tracking update for your shipment."] for i in range(5000))
+            [
+                f"{90_000 + i:08d}",
+                "inbox",
+                "digest@parcelgrid.com",
+                f"Parcelgrid alert {i}",
+                "2025-11-01 07:00:00",
+                "Tracking update for your shipment.",
+            ]
+            for i in range(5000)
+        )
     with (folder / "project_tasks.csv").open("a", newline="", encoding="utf-8") as fh:
         csv.writer(fh, lineterminator="\n").writerows(
-            [f"{90_000 + i:08d}", f"Triage ticket {i}", "kenji.morimoto@fernbrook.io", "Backlog", "2025-12-01",
-             "Back end"] for i in range(3000))
+            [
+                f"{90_000 + i:08d}",
+                f"Triage ticket {i}",
+                "kenji.morimoto@fernbrook.io",
+                "Backlog",
+                "2025-12-01",
+                "Back end",
+            ]
+            for i in range(3000)
+        )
     return folder
 
 
 def test_calls_over_thousands_of_rows_are_bounded(big_tables, tasks):
     env = WorkplaceEnv(tables=big_tables)
     task = tasks["delete"]
-    turns = [call_text("email_search_emails", query="parcelgrid", page_size=100_000),
-             call_text("project_management_search_tasks", board="Back end"),
-             *solution_texts(task), ANSWER]
+    turns = [
+        call_text("email_search_emails", query="parcelgrid", page_size=100_000),
+        call_text("project_management_search_tasks", board="Back end"),
+        *solution_texts(task),
+        ANSWER,
+    ]
     try:
         with within(5.0):
             _, reward, observations = asyncio.run(play(env, task, turns))
@@ -212,6 +260,7 @@ def test_a_table_stops_growing_with_a_readable_error(env):
 
 # ----- repetition and the turn limit --------------------------------------------------------------
 
+
 def test_the_same_call_500_times_in_one_turn(env, tasks):
     task = tasks["send"]
     send = solution_texts(task)[-1]
@@ -228,23 +277,32 @@ def test_the_same_call_500_times_across_turns(tasks):
     read = solution_texts(task)[0]
     try:
         with within(10.0):
-            episode, reward, observations = asyncio.run(play(env, task, [read] * 500 + [final_reply(task, ANSWER)]))
-            _, repeated_write, _ = asyncio.run(play(env, task, [call_text(SEND, recipient="a@b.io", subject="s",
-                                                                         body="b")] * 500 + [ANSWER]))
+            episode, reward, observations = asyncio.run(
+                play(env, task, [read] * 500 + [final_reply(task, ANSWER)])
+            )
+            _, repeated_write, _ = asyncio.run(
+                play(env, task, [call_text(SEND, recipient="a@b.io", subject="s", body="b")] * 500 + [ANSWER])
+            )
     finally:
         env.close()
     assert episode.turns == 501 and len(observations) == 500 and reward.value == 1.0  # reads change nothing
-    assert repeated_write.value == 0.0 and not repeated_write.masked and "(500 times)" in repeated_write.reason
+    assert (
+        repeated_write.value == 0.0 and not repeated_write.masked and "(500 times)" in repeated_write.reason
+    )
 
 
 def test_an_episode_at_its_turn_limit(env, tasks):
     write_task, read_task = tasks["send"], tasks["read only"]
     stall = call_text("company_directory_find_email_address", name="grace")
     with within(3.0):
-        solved, solved_reward, _ = asyncio.run(play(env, write_task, [*solution_texts(write_task)] + [stall] * 10))
+        solved, solved_reward, _ = asyncio.run(
+            play(env, write_task, [*solution_texts(write_task)] + [stall] * 10)
+        )
         idle, idle_reward, _ = asyncio.run(play(env, write_task, [stall] * 10))
         asked, asked_reward, _ = asyncio.run(play(env, read_task, [stall] * 10))
-        cut, cut_reward, _ = asyncio.run(play(env, write_task, [Completion(solution_texts(write_task)[0], "length")]))
+        cut, cut_reward, _ = asyncio.run(
+            play(env, write_task, [Completion(solution_texts(write_task)[0], "length")])
+        )
     assert all(e.truncated and e.turns == n for e, n in ((solved, 6), (idle, 6), (asked, 6), (cut, 1)))
     # the state decides for a task that writes (NeMo Gym's rule at max_steps); a question needs its answer
     assert solved_reward.value == 1.0 and "truncated: turn limit of 6" in solved_reward.reason
@@ -256,10 +314,14 @@ def test_an_episode_at_its_turn_limit(env, tasks):
 
 # ----- rows and state -----------------------------------------------------------------------------
 
+
 def test_a_row_whose_ground_truth_fails_on_its_tables_is_rejected_at_load(tasks, tmp_path):
     good = tasks["delete"]
-    bad = {**good, "id": "ghost-delete",
-           "ground_truth": [{"name": "email_delete_email", "arguments": json.dumps({"email_id": "99999999"})}]}
+    bad = {
+        **good,
+        "id": "ghost-delete",
+        "ground_truth": [{"name": "email_delete_email", "arguments": json.dumps({"email_id": "99999999"})}],
+    }
     path = tmp_path / "tasks.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in (good, bad)) + "\n")
     with within(3.0):

@@ -32,8 +32,12 @@ ENV_ID = "cascade/Workplace-v0"
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "envs" / "workplace" / "data"
 FINAL_ANSWER = "All done: I made the changes you asked for and checked the results."
-ID_TABLES = {"email_id": "email", "event_id": "calendar", "task_id": "project_management",
-             "customer_id": "customer_relationship_manager"}
+ID_TABLES = {
+    "email_id": "email",
+    "event_id": "calendar",
+    "task_id": "project_management",
+    "customer_id": "customer_relationship_manager",
+}
 ADDRESS_ARGUMENTS = ("recipient", "participant_email", "assigned_to_email")
 
 Call = dict[str, Any]
@@ -59,7 +63,9 @@ def scripted_policy(scripts: dict[str, list[Call]], finals: dict[str, str]) -> S
         asked = request(messages)
         script = scripts[asked]
         step = sum(m["role"] == "assistant" for m in messages)
-        return tool_call_text(script[step]) if step < len(script) else f"<think>Finished.</think>{finals[asked]}"
+        return (
+            tool_call_text(script[step]) if step < len(script) else f"<think>Finished.</think>{finals[asked]}"
+        )
 
     return ScriptedPolicy(turn)
 
@@ -69,8 +75,12 @@ def tasks(env: WorkplaceEnv) -> list[dict[str, Any]]:
     return [t.row for t in env.tasks or []]
 
 
-def play(env: WorkplaceEnv, scripts: dict[str, list[Call]], tasks: list[dict[str, Any]],
-         finals: dict[str, str] | None = None) -> dict[Any, Reward]:
+def play(
+    env: WorkplaceEnv,
+    scripts: dict[str, list[Call]],
+    tasks: list[dict[str, Any]],
+    finals: dict[str, str] | None = None,
+) -> dict[Any, Reward]:
     """Each task's reward when the scripted policy plays ``scripts[its request]``, then ``finals[its request]``
     (by default a reply that states the row's answer)."""
     finals = finals or {user_request(t): final_reply(t, FINAL_ANSWER) for t in tasks}
@@ -88,6 +98,7 @@ def user_request(task: dict[str, Any]) -> str:
 
 
 # ----- loading and coverage -----------------------------------------------------------------------
+
 
 def test_every_bundled_task_loads(tasks):
     rows = [row for _, row in read_rows(DATA / "tasks.jsonl")]
@@ -113,8 +124,10 @@ def test_the_mix_of_tasks(tasks):
     batches = [t for t in tasks if len(t["ground_truth"]) >= 2]
     assert len(read_only) >= 5 and len(multi_step) >= 15 and len(batches) >= 10
     categories = {t["category"] for t in tasks}
-    assert {f"workplace_assistant_{name}" for name in ("email", "calendar", "analytics", "project_management",
-                                                      "customer_relationship_manager")} <= categories
+    assert {
+        f"workplace_assistant_{name}"
+        for name in ("email", "calendar", "analytics", "project_management", "customer_relationship_manager")
+    } <= categories
 
 
 def test_the_env_runs_with_no_argument():
@@ -159,6 +172,7 @@ def test_every_question_carries_its_answer(tasks):
 
 # ----- the solutions ------------------------------------------------------------------------------
 
+
 def test_every_solution_earns_1(env, tasks):
     rewards = play(env, {user_request(t): calls(t["solution"]) for t in tasks}, tasks)
     wrong = {key: (r.value, r.reason, r.error) for key, r in rewards.items() if r.value != 1.0 or r.masked}
@@ -176,7 +190,9 @@ def test_every_write_uses_what_the_agent_could_see(env, tasks):
             for call in calls(task["solution"]):
                 if call["name"] in WRITE_TOOLS:
                     for name, value in call["arguments"].items():
-                        if (name in ID_TABLES or name in ADDRESS_ARGUMENTS or "@" in str(value)) and value not in seen:
+                        if (
+                            name in ID_TABLES or name in ADDRESS_ARGUMENTS or "@" in str(value)
+                        ) and value not in seen:
                             unseen.append(f"{call['name']} {name}={value}")
                 turn = await env.aadvance(episode, tool_call_text(call))
                 result = turn.observation[0]["content"]
@@ -204,6 +220,7 @@ def test_a_question_answered_without_its_answer_scores_0(env, tasks):
 
 # ----- near misses score 0 ------------------------------------------------------------------------
 
+
 def perturbations(env: WorkplaceEnv, task: dict[str, Any]) -> dict[str, list[Call]]:
     """The solution with one mistake each: another row's id, another recipient, a write missing, one extra."""
     solution = calls(task["solution"])
@@ -211,7 +228,10 @@ def perturbations(env: WorkplaceEnv, task: dict[str, Any]) -> dict[str, list[Cal
     writes = [i for i, c in enumerate(solution) if c["name"] in WRITE_TOOLS]
     variants: dict[str, list[Call]] = {}
     spare_email = next(k for k in sorted(row["email_id"] for row in env.workplace["email"]) if k not in used)
-    variants["extra write"] = [*solution, {"name": "email_delete_email", "arguments": {"email_id": spare_email}}]
+    variants["extra write"] = [
+        *solution,
+        {"name": "email_delete_email", "arguments": {"email_id": spare_email}},
+    ]
     if not writes:
         return variants
     variants["missing write"] = [c for i, c in enumerate(solution) if i != writes[-1]]

@@ -52,11 +52,16 @@ def start_and_end(env: WorkplaceEnv, row: dict[str, Any]) -> list[dict[str, Any]
 
 def with_own_specs(env: WorkplaceEnv, row: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """``row`` announcing some of our tools itself, in the Responses-API form of NeMo Gym's rows."""
-    specs = [{"type": "function", **spec["function"]} for spec in env.toolbox.specs() if spec["function"]["name"] in names]
+    specs = [
+        {"type": "function", **spec["function"]}
+        for spec in env.toolbox.specs()
+        if spec["function"]["name"] in names
+    ]
     return {**row, "responses_create_params": {**row["responses_create_params"], "tools": specs}}
 
 
 # ----- prompts ------------------------------------------------------------------------------------
+
 
 def prompt(env: WorkplaceEnv, row: dict[str, Any]) -> list[dict[str, Any]]:
     return env.prompt(env.load_task(row))
@@ -67,14 +72,27 @@ def test_the_prompt_is_what_the_uncached_path_gives(env, rows):
     assert prompt(env, row) == with_tools(prompt_messages(row), env.toolbox.specs())
     names = sorted({c["name"] for c in row["solution"]})
     own = with_own_specs(env, row, names)
-    assert prompt(env, own) == Env.prompt(env, Prompt.of(own))  # the row's own specs, as the kernel renders them
-    assert prompt(env, own) != prompt(env, row) and all(name in prompt(env, own)[0]["content"] for name in names)
+    assert prompt(env, own) == Env.prompt(
+        env, Prompt.of(own)
+    )  # the row's own specs, as the kernel renders them
+    assert prompt(env, own) != prompt(env, row) and all(
+        name in prompt(env, own)[0]["content"] for name in names
+    )
 
 
 def test_the_system_prompt_option_comes_first_as_in_the_kernel(rows):
-    user_only = {**rows[0], "responses_create_params": {"input": [
-        {"role": "user", "content": f"{rows[0]['responses_create_params']['input'][0]['content']} "
-                                    f"{rows[0]['responses_create_params']['input'][1]['content']}"}]}}
+    user_only = {
+        **rows[0],
+        "responses_create_params": {
+            "input": [
+                {
+                    "role": "user",
+                    "content": f"{rows[0]['responses_create_params']['input'][0]['content']} "
+                    f"{rows[0]['responses_create_params']['input'][1]['content']}",
+                }
+            ]
+        },
+    }
     made = WorkplaceEnv([user_only], tables=TABLES, system_prompt="You are Morgan's assistant.")
     try:
         messages = prompt(made, user_only)
@@ -91,7 +109,9 @@ def test_each_tools_section_is_rendered_once_and_handed_out_fresh(env, rows, mon
         prompts = [start_and_end(fresh, row)[:2] for row in rows[:5] for _ in range(3)]
         assert renders[0] == 1  # five rows, fifteen episodes, one system prompt: one rendering
         prompts[0][0]["content"] = "changed by a caller"
-        assert start_and_end(fresh, rows[0])[0]["content"] == prompts[1][0]["content"] != "changed by a caller"
+        assert (
+            start_and_end(fresh, rows[0])[0]["content"] == prompts[1][0]["content"] != "changed by a caller"
+        )
         own = with_own_specs(fresh, rows[0], [c["name"] for c in rows[0]["solution"]])
         start_and_end(fresh, own)
         start_and_end(fresh, {**own})  # another row object, the same spec list
@@ -102,13 +122,16 @@ def test_each_tools_section_is_rendered_once_and_handed_out_fresh(env, rows, mon
 
 # ----- rows ---------------------------------------------------------------------------------------
 
+
 def test_a_row_is_read_once_when_it_loads_never_per_episode(env, rows, monkeypatch):
     reads = counting(monkeypatch, env_module, "read_task")
     row = {**next(r for r in rows if "expected_answer" in r), "expected_answer": "a different answer"}
     loaded = env.load(row)
     assert reads[0] == 1
-    solution = [f"<tool_call>{json.dumps({'name': c['name'], 'arguments': json.loads(c['arguments'])})}</tool_call>"
-                for c in row["solution"]]
+    solution = [
+        f"<tool_call>{json.dumps({'name': c['name'], 'arguments': json.loads(c['arguments'])})}</tool_call>"
+        for c in row["solution"]
+    ]
 
     async def answered(reply: str) -> float:
         episode = await env.astart(loaded)

@@ -42,8 +42,10 @@ from cascade_envs.envs.workplace.env import WorkplaceEnv
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 ROLLOUTS = DATA / "nemo-gym-rows" / "workplace_assistant" / "example_rollouts.jsonl"
 TABLES = DATA / "workplace-tables"
-pytestmark = pytest.mark.skipif(not (ROLLOUTS.is_file() and TABLES.is_dir()),
-                                reason=f"NeMo Gym rollouts or WorkBench tables not found under {DATA}")
+pytestmark = pytest.mark.skipif(
+    not (ROLLOUTS.is_file() and TABLES.is_dir()),
+    reason=f"NeMo Gym rollouts or WorkBench tables not found under {DATA}",
+)
 NOW = datetime(2023, 11, 30, 23, 59)  # the rows' system prompt: "Thursday, 2023-11-30 ... 23:59:00"
 
 
@@ -67,23 +69,51 @@ def _ground_truth(request: str) -> list[dict[str, str]]:
     """The calls that solve ``request``, derived from the tables (see the module docstring)."""
     if request == "Create a bar chart of total visits since November 30":
         day_before = (NOW - timedelta(days=1)).date().isoformat()
-        return [_call("analytics_create_plot", time_min="2023-11-30", time_max=day_before,
-                      value_to_plot="total_visits", plot_type="bar")]
+        return [
+            _call(
+                "analytics_create_plot",
+                time_min="2023-11-30",
+                time_max=day_before,
+                value_to_plot="total_visits",
+                plot_type="bar",
+            )
+        ]
     if "haven't responded to a proposal for the consulting product in 3 weeks" in request:
         cutoff = str(NOW - timedelta(weeks=3))
-        stale = [c for c in _table("customer_relationship_manager_data.csv")
-                 if c["status"] == "Proposal" and c["product_interest"] == "Consulting"
-                 and c["last_contact_date"] < cutoff]
-        return [_call("customer_relationship_manager_update_customer", customer_id=c["customer_id"],
-                      field="status", new_value="Lost") for c in stale]
+        stale = [
+            c
+            for c in _table("customer_relationship_manager_data.csv")
+            if c["status"] == "Proposal"
+            and c["product_interest"] == "Consulting"
+            and c["last_contact_date"] < cutoff
+        ]
+        return [
+            _call(
+                "customer_relationship_manager_update_customer",
+                customer_id=c["customer_id"],
+                field="status",
+                new_value="Lost",
+            )
+            for c in stale
+        ]
     if request == "Delete Casey Wilson from the crm":
-        (casey,) = [c for c in _table("customer_relationship_manager_data.csv") if c["customer_name"] == "Casey Wilson"]
+        (casey,) = [
+            c
+            for c in _table("customer_relationship_manager_data.csv")
+            if c["customer_name"] == "Casey Wilson"
+        ]
         return [_call("customer_relationship_manager_delete_customer", customer_id=casey["customer_id"])]
     if request == "Add Dakota Thomas as a new lead in the crm and assign them to Nadia":
         team = {c["assigned_to_email"] for c in _table("customer_relationship_manager_data.csv")}
         (nadia,) = [address for address in team if "nadia" in address]
-        return [_call("customer_relationship_manager_add_customer", customer_name="Dakota Thomas",
-                      assigned_to_email=nadia, status="Lead")]
+        return [
+            _call(
+                "customer_relationship_manager_add_customer",
+                customer_name="Dakota Thomas",
+                assigned_to_email=nadia,
+                status="Lead",
+            )
+        ]
     if request == "Delete my last email from kofi":
         kofi = [e for e in _table("emails.csv") if e["sender/recipient"].startswith("kofi")]
         last = max(kofi, key=lambda e: e["sent_datetime"])
@@ -105,7 +135,9 @@ def _turns(output: list[dict]) -> list[tuple[list[dict], list[str]]]:
 
 
 def _reply(calls: list[dict]) -> str:
-    return "".join(f'<tool_call>{{"name": "{c["name"]}", "arguments": {c["arguments"]}}}</tool_call>' for c in calls)
+    return "".join(
+        f'<tool_call>{{"name": "{c["name"]}", "arguments": {c["arguments"]}}}</tool_call>' for c in calls
+    )
 
 
 def _same_output(ours: str, theirs: str) -> bool:
@@ -118,11 +150,15 @@ def env() -> WorkplaceEnv:
     return WorkplaceEnv(tasks=[], tables=TABLES)
 
 
-@pytest.mark.parametrize("rollout", _read(ROLLOUTS), ids=lambda r: r["responses_create_params"]["input"][-1]["content"][:40])
+@pytest.mark.parametrize(
+    "rollout", _read(ROLLOUTS), ids=lambda r: r["responses_create_params"]["input"][-1]["content"][:40]
+)
 def test_rollout_outputs_and_reward_agree(env, rollout):
     params = rollout["responses_create_params"]
-    row = {"responses_create_params": {"input": params["input"], "tools": params["tools"]},
-           "ground_truth": _ground_truth(params["input"][-1]["content"])}
+    row = {
+        "responses_create_params": {"input": params["input"], "tools": params["tools"]},
+        "ground_truth": _ground_truth(params["input"][-1]["content"]),
+    }
 
     async def play():
         episode = await env.astart(env.load(row))
@@ -146,8 +182,16 @@ def test_rollout_outputs_and_reward_agree(env, rollout):
 
 def test_the_derived_ground_truths_are_the_expected_calls():
     """Pin what the derivation finds, so a change in it shows (00000259 is WorkBench's own answer)."""
-    assert _ground_truth("Delete my last email from kofi") == [_call("email_delete_email", email_id="00000259")]
+    assert _ground_truth("Delete my last email from kofi") == [
+        _call("email_delete_email", email_id="00000259")
+    ]
     assert _ground_truth("Delete Casey Wilson from the crm") == [
-        _call("customer_relationship_manager_delete_customer", customer_id="00000014")]
-    assert _ground_truth("We need to move all customers that haven't responded to a proposal for the consulting "
-                         "product in 3 weeks to lost. Can you update the CRM?") == []
+        _call("customer_relationship_manager_delete_customer", customer_id="00000014")
+    ]
+    assert (
+        _ground_truth(
+            "We need to move all customers that haven't responded to a proposal for the consulting "
+            "product in 3 weeks to lost. Can you update the CRM?"
+        )
+        == []
+    )

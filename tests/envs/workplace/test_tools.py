@@ -21,8 +21,14 @@ from cascade_envs.envs.workplace.tables import MAX_NEW_ROWS, PLOTS, TablesError,
 from cascade_envs.envs.workplace.toolset import WRITE_TOOLS, make_toolbox
 from cascade_envs.tools import ToolCall, ToolError
 
-DEFINITIONS = ("company_directory", "email", "calendar", "analytics", "project_management",
-               "customer_relationship_manager")
+DEFINITIONS = (
+    "company_directory",
+    "email",
+    "calendar",
+    "analytics",
+    "project_management",
+    "customer_relationship_manager",
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +73,12 @@ def test_derived_schemas_match_the_workbench_definitions(folder):
 
 
 def test_write_tools_are_the_definitions_creates_updates_and_deletes(folder):
-    writes = {spec["name"] for name in DEFINITIONS
-              for spec in json.loads((folder / f"{name}.json").read_text())["tools"]
-              if spec["operation_type"] != "read"}
+    writes = {
+        spec["name"]
+        for name in DEFINITIONS
+        for spec in json.loads((folder / f"{name}.json").read_text())["tools"]
+        if spec["operation_type"] != "read"
+    }
     assert writes == WRITE_TOOLS and len(writes) == 14
 
 
@@ -88,8 +97,11 @@ def test_directory_lookups(db):
 
 def test_directory_sources(folder, tmp_path):
     derived = Workplace.load(folder).directory  # WorkBench's folder has no address list
-    team = {r["assigned_to_email"] for f in ("project_tasks.csv", "customer_relationship_manager_data.csv")
-            for r in _csv(folder, f)}
+    team = {
+        r["assigned_to_email"]
+        for f in ("project_tasks.csv", "customer_relationship_manager_data.csv")
+        for r in _csv(folder, f)
+    }
     assert list(derived) == sorted(team) and len(derived) == 20
     copy = tmp_path / "tables"
     shutil.copytree(folder, copy)
@@ -105,7 +117,8 @@ def test_directory_sources(folder, tmp_path):
 def test_email_reads(db, folder):
     get = email.email_get_email_information_by_id
     assert get(db, email_id="00000057", field="subject") == {
-        "subject": "Task Update on Develop prototype for report generation"}
+        "subject": "Task Update on Develop prototype for report generation"
+    }
     with pytest.raises(ToolError, match=r"Field 'date' not found\. Available fields: email_id, inbox/outbox"):
         get(db, email_id="00000057", field="date")
     with pytest.raises(ToolError, match=r"^Email not found\.$"):
@@ -116,10 +129,18 @@ def test_email_reads(db, folder):
 
 def test_email_search_pages_newest_first(db, folder):
     search = email.email_search_emails
-    kofi = [r for r in _csv(folder, "emails.csv")
-            if "kofi" in f"{r['subject']} {r['body']} {r['sender/recipient']}".lower()]
+    kofi = [
+        r
+        for r in _csv(folder, "emails.csv")
+        if "kofi" in f"{r['subject']} {r['body']} {r['sender/recipient']}".lower()
+    ]
     first = search(db, query="kofi", page=1, page_size=1)
-    assert first["pagination"] == {"total_emails": len(kofi), "page": 1, "page_size": 1, "total_pages": len(kofi)}
+    assert first["pagination"] == {
+        "total_emails": len(kofi),
+        "page": 1,
+        "page_size": 1,
+        "total_pages": len(kofi),
+    }
     assert first["emails"][0]["email_id"] == "00000259"  # as NeMo Gym returned in rollout 5
     assert first["emails"][0]["sent_datetime"] == max(r["sent_datetime"] for r in kofi)
     last = search(db, query="Kofi", page=999, page_size=5)  # the page is clamped to the last one
@@ -144,17 +165,32 @@ def test_email_search_date_bounds_are_inclusive_days(db, folder):
 
 def test_email_send_reply_forward_delete(db, template):
     db.now = template.now.replace(hour=23, minute=59, second=0)
-    assert email.email_send_email(db, recipient="Nadia.Moreau@atlas.com", subject="Hi", body="Hello") == \
-        "Email sent successfully."
+    assert (
+        email.email_send_email(db, recipient="Nadia.Moreau@atlas.com", subject="Hi", body="Hello")
+        == "Email sent successfully."
+    )
     sent = db["email"].get("500")  # NeMo Gym: the largest id plus one, not zero-padded
-    assert sent == {"email_id": "500", "inbox/outbox": "outbox", "sender/recipient": "nadia.moreau@atlas.com",
-                    "subject": "Hi", "sent_datetime": "2023-11-30 23:59:00", "body": "Hello"}
+    assert sent == {
+        "email_id": "500",
+        "inbox/outbox": "outbox",
+        "sender/recipient": "nadia.moreau@atlas.com",
+        "subject": "Hi",
+        "sent_datetime": "2023-11-30 23:59:00",
+        "body": "Hello",
+    }
     assert email.email_reply_email(db, email_id="00000057", body="Thanks") == "Email replied successfully."
     original = db["email"].get("00000057")
-    assert db["email"].get("501") == {**sent, "email_id": "501", "sender/recipient": original["sender/recipient"],
-                                      "subject": f"RE: {original['subject']}", "body": "Thanks"}
-    assert email.email_forward_email(db, email_id="00000057", recipient="raj.patel@atlas.com") == \
-        "Email forwarded successfully."
+    assert db["email"].get("501") == {
+        **sent,
+        "email_id": "501",
+        "sender/recipient": original["sender/recipient"],
+        "subject": f"RE: {original['subject']}",
+        "body": "Thanks",
+    }
+    assert (
+        email.email_forward_email(db, email_id="00000057", recipient="raj.patel@atlas.com")
+        == "Email forwarded successfully."
+    )
     assert db["email"].get("502")["subject"] == f"FW: {original['subject']}"
     assert db["email"].get("502")["body"] == original["body"]
     assert email.email_delete_email(db, email_id="00000057") == "Email deleted successfully."
@@ -162,15 +198,28 @@ def test_email_send_reply_forward_delete(db, template):
     assert template["email"].get("00000057") is not None and len(template["email"]) == 500
 
 
-@pytest.mark.parametrize(("call", "error"), [
-    (lambda db: email.email_send_email(db, recipient="nobody", subject="s", body="b"), "Invalid recipient"),
-    (lambda db: email.email_send_email(db, recipient="a@b.io", subject="", body="b"), "Recipient, subject, or body"),
-    (lambda db: email.email_reply_email(db, email_id="123", body="b"), "^Email not found.$"),
-    (lambda db: email.email_forward_email(db, email_id="00000057", recipient="x"), "Invalid recipient"),
-    (lambda db: email.email_delete_email(db, email_id="00000001x"), "^Email not found.$"),
-    (lambda db: email.email_send_email(db, recipient="a@b.io", subject="s", body="x" * (10 * 1024 * 1024)),
-     f"argument 'body' has 10,485,760 characters; the limit is {MAX_TEXT_CHARS:,}"),
-])
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (
+            lambda db: email.email_send_email(db, recipient="nobody", subject="s", body="b"),
+            "Invalid recipient",
+        ),
+        (
+            lambda db: email.email_send_email(db, recipient="a@b.io", subject="", body="b"),
+            "Recipient, subject, or body",
+        ),
+        (lambda db: email.email_reply_email(db, email_id="123", body="b"), "^Email not found.$"),
+        (lambda db: email.email_forward_email(db, email_id="00000057", recipient="x"), "Invalid recipient"),
+        (lambda db: email.email_delete_email(db, email_id="00000001x"), "^Email not found.$"),
+        (
+            lambda db: email.email_send_email(
+                db, recipient="a@b.io", subject="s", body="x" * (10 * 1024 * 1024)
+            ),
+            f"argument 'body' has 10,485,760 characters; the limit is {MAX_TEXT_CHARS:,}",
+        ),
+    ],
+)
 def test_email_errors_change_nothing(db, template, call, error):
     with pytest.raises(ToolError, match=error):
         call(db)
@@ -182,17 +231,28 @@ def test_email_errors_change_nothing(db, template, call, error):
 
 def test_calendar_reads_and_search_by_start(db, folder):
     assert calendar.calendar_get_event_information_by_id(db, event_id="00000252", field="event_name") == {
-        "event_name": "brainstorming session"}
+        "event_name": "brainstorming session"
+    }
     with pytest.raises(ToolError, match="Invalid event ID format"):
         calendar.calendar_get_event_information_by_id(db, event_id="252", field="event_name")
     with pytest.raises(ToolError, match=r"Invalid field\. Available fields are: event_id, event_name"):
         calendar.calendar_get_event_information_by_id(db, event_id="00000252", field="room")
-    day = sorted((r for r in _csv(folder, "calendar_events.csv") if r["event_start"].startswith("2023-12-01")),
-                 key=lambda r: r["event_start"], reverse=True)
-    found = calendar.calendar_search_events(db, time_min="2023-12-01", time_max="2023-12-01 23:59:59", page_size=20)
+    day = sorted(
+        (r for r in _csv(folder, "calendar_events.csv") if r["event_start"].startswith("2023-12-01")),
+        key=lambda r: r["event_start"],
+        reverse=True,
+    )
+    found = calendar.calendar_search_events(
+        db, time_min="2023-12-01", time_max="2023-12-01 23:59:59", page_size=20
+    )
     assert [e["event_id"] for e in found["events"]] == [r["event_id"] for r in day]
-    assert found["events"][0]["event_id"] == "00000252"  # "the last event on December 1" (row 1's ground truth)
-    assert calendar.calendar_search_events(db, time_min="2023-12-01", time_max="2023-12-01") == "No events found."
+    assert (
+        found["events"][0]["event_id"] == "00000252"
+    )  # "the last event on December 1" (row 1's ground truth)
+    assert (
+        calendar.calendar_search_events(db, time_min="2023-12-01", time_max="2023-12-01")
+        == "No events found."
+    )
     named = calendar.calendar_search_events(db, query="SYNC UP", page_size=50)
     assert all(e["event_name"] == "sync up" for e in named["events"])
     with pytest.raises(ToolError, match="Invalid time_max format"):
@@ -200,19 +260,34 @@ def test_calendar_reads_and_search_by_start(db, folder):
 
 
 def test_calendar_writes(db):
-    new = calendar.calendar_create_event(db, event_name="Sync", participant_email="Raj.Patel@atlas.com",
-                                         event_start="2023-12-04 10:00:00", duration="30")
+    new = calendar.calendar_create_event(
+        db,
+        event_name="Sync",
+        participant_email="Raj.Patel@atlas.com",
+        event_start="2023-12-04 10:00:00",
+        duration="30",
+    )
     assert new == "00000300"
-    assert db["calendar"].get(new) == {"event_id": "00000300", "event_name": "Sync",
-                                       "participant_email": "raj.patel@atlas.com",
-                                       "event_start": "2023-12-04 10:00:00", "duration": "30"}
-    assert calendar.calendar_update_event(db, event_id=new, field="participant_email", new_value="NIA.johnson@atlas.com") \
+    assert db["calendar"].get(new) == {
+        "event_id": "00000300",
+        "event_name": "Sync",
+        "participant_email": "raj.patel@atlas.com",
+        "event_start": "2023-12-04 10:00:00",
+        "duration": "30",
+    }
+    assert (
+        calendar.calendar_update_event(
+            db, event_id=new, field="participant_email", new_value="NIA.johnson@atlas.com"
+        )
         == "Event updated successfully."
+    )
     assert db["calendar"].get(new)["participant_email"] == "nia.johnson@atlas.com"
-    for field, value, error in [("event_start", "tomorrow", "Invalid event_start format"),
-                                ("duration", "half an hour", "Invalid duration format"),
-                                ("duration", "-5", "Duration must be a positive number"),
-                                ("room", "A", "Invalid field")]:
+    for field, value, error in [
+        ("event_start", "tomorrow", "Invalid event_start format"),
+        ("duration", "half an hour", "Invalid duration format"),
+        ("duration", "-5", "Duration must be a positive number"),
+        ("room", "A", "Invalid field"),
+    ]:
         with pytest.raises(ToolError, match=error):
             calendar.calendar_update_event(db, event_id=new, field=field, new_value=value)
     with pytest.raises(ToolError, match=r"^Event not found\.$"):
@@ -226,40 +301,59 @@ def test_calendar_writes(db):
 
 
 def test_analytics_counts_per_day(db, folder):
-    visits = [r for r in _csv(folder, "analytics_data.csv") if "2023-11-25" <= r["date_of_visit"] <= "2023-11-30"]
+    visits = [
+        r for r in _csv(folder, "analytics_data.csv") if "2023-11-25" <= r["date_of_visit"] <= "2023-11-30"
+    ]
     days = sorted({r["date_of_visit"] for r in visits})
     per_day = {d: [r for r in visits if r["date_of_visit"] == d] for d in days}
     window = {"time_min": "2023-11-25", "time_max": "2023-11-30"}
     assert analytics.analytics_total_visits_count(db, **window) == {d: len(v) for d, v in per_day.items()}
     assert analytics.analytics_engaged_users_count(db, **window) == {
-        d: sum(r["user_engaged"] == "True" for r in v) for d, v in per_day.items()}
+        d: sum(r["user_engaged"] == "True" for r in v) for d, v in per_day.items()
+    }
     referral = analytics.analytics_traffic_source_count(db, traffic_source="referral", **window)
     assert referral == {d: sum(r["traffic_source"] == "referral" for r in v) for d, v in per_day.items()}
     assert 0 in referral.values()  # days without such a visit are listed with 0
     assert analytics.analytics_traffic_source_count(db, **window) == {d: len(v) for d, v in per_day.items()}
     averages = analytics.analytics_get_average_session_duration(db, **window)
-    assert averages == pytest.approx({d: sum(float(r["session_duration_seconds"]) for r in v) / len(v)
-                                      for d, v in per_day.items()})
-    assert len(analytics.analytics_total_visits_count(db)) == len({r["date_of_visit"]
-                                                                   for r in _csv(folder, "analytics_data.csv")})
+    assert averages == pytest.approx(
+        {d: sum(float(r["session_duration_seconds"]) for r in v) / len(v) for d, v in per_day.items()}
+    )
+    assert len(analytics.analytics_total_visits_count(db)) == len(
+        {r["date_of_visit"] for r in _csv(folder, "analytics_data.csv")}
+    )
 
 
 def test_analytics_visitors_and_plots(db):
     assert analytics.analytics_get_visitor_information_by_id(db, visitor_id="0860") == [
-        {"date_of_visit": "2023-10-22", "visitor_id": "0860", "page_views": "8", "session_duration_seconds": "4",
-         "traffic_source": "referral", "user_engaged": False}]
+        {
+            "date_of_visit": "2023-10-22",
+            "visitor_id": "0860",
+            "page_views": "8",
+            "session_duration_seconds": "4",
+            "traffic_source": "referral",
+            "user_engaged": False,
+        }
+    ]
     with pytest.raises(ToolError, match=r"^Visitor not found\.$"):
         analytics.analytics_get_visitor_information_by_id(db, visitor_id="860")
-    path = analytics.analytics_create_plot(db, time_min="2023-11-30", time_max="2024-06-30",
-                                           value_to_plot="total_visits", plot_type="bar")
+    path = analytics.analytics_create_plot(
+        db, time_min="2023-11-30", time_max="2024-06-30", value_to_plot="total_visits", plot_type="bar"
+    )
     assert path == "plots/2023-11-30_2024-06-30_total_visits_bar.png"  # as NeMo Gym returned in rollout 1
     assert [row["file_path"] for row in db[PLOTS]] == [path]
     with pytest.raises(ToolError, match="Value to plot must be one of"):
-        analytics.analytics_create_plot(db, time_min="a", time_max="b", value_to_plot="visits", plot_type="bar")
+        analytics.analytics_create_plot(
+            db, time_min="a", time_max="b", value_to_plot="visits", plot_type="bar"
+        )
     with pytest.raises(ToolError, match="Plot type must be one of"):
-        analytics.analytics_create_plot(db, time_min="a", time_max="b", value_to_plot="user_engaged", plot_type="pie")
+        analytics.analytics_create_plot(
+            db, time_min="a", time_max="b", value_to_plot="user_engaged", plot_type="pie"
+        )
     with pytest.raises(ToolError, match="Start date not provided"):
-        analytics.analytics_create_plot(db, time_min="", time_max="b", value_to_plot="user_engaged", plot_type="bar")
+        analytics.analytics_create_plot(
+            db, time_min="", time_max="b", value_to_plot="user_engaged", plot_type="bar"
+        )
 
 
 # ----- project management -------------------------------------------------------------------------
@@ -267,8 +361,11 @@ def test_analytics_visitors_and_plots(db):
 
 def test_project_tasks_search(db, folder):
     search = project_management.project_management_search_tasks
-    leila = [r for r in _csv(folder, "project_tasks.csv")
-             if r["assigned_to_email"] == "leila.azizi@atlas.com" and r["list_name"] == "Backlog"]
+    leila = [
+        r
+        for r in _csv(folder, "project_tasks.csv")
+        if r["assigned_to_email"] == "leila.azizi@atlas.com" and r["list_name"] == "Backlog"
+    ]
     assert search(db, assigned_to_email="LEILA.azizi@atlas.com", list_name="backlog") == leila
     assert search(db, assigned_to_email="azizi@atlas.com") == []  # the whole address, not a part of it
     with pytest.raises(ToolError, match="Invalid email format"):
@@ -276,22 +373,34 @@ def test_project_tasks_search(db, folder):
     with pytest.raises(ToolError, match="No search parameters provided"):
         search(db)
     assert project_management.project_management_get_task_information_by_id(
-        db, task_id="00000149", field="board") == {"board": "Front end"}
+        db, task_id="00000149", field="board"
+    ) == {"board": "Front end"}
 
 
 def test_project_tasks_writes(db):
     create = project_management.project_management_create_task
-    details = {"task_name": "Write tests", "assigned_to_email": "Leila.Azizi@atlas.com", "list_name": "Backlog",
-               "due_date": "2023-12-15", "board": "Front end"}
+    details = {
+        "task_name": "Write tests",
+        "assigned_to_email": "Leila.Azizi@atlas.com",
+        "list_name": "Backlog",
+        "due_date": "2023-12-15",
+        "board": "Front end",
+    }
     assert create(db, **details) == "00000300"
     assert db["project_management"].get("00000300")["assigned_to_email"] == "leila.azizi@atlas.com"
-    for change, error in [({"assigned_to_email": "someone@else.com"}, "Assignee email not valid"),
-                          ({"list_name": "Done"}, "List not valid"), ({"board": "Mobile"}, "Board not valid"),
-                          ({"due_date": ""}, "Missing task details")]:
+    for change, error in [
+        ({"assigned_to_email": "someone@else.com"}, "Assignee email not valid"),
+        ({"list_name": "Done"}, "List not valid"),
+        ({"board": "Mobile"}, "Board not valid"),
+        ({"due_date": ""}, "Missing task details"),
+    ]:
         with pytest.raises(ToolError, match=error):
             create(db, **{**details, **change})
     update = project_management.project_management_update_task
-    assert update(db, task_id="00000149", field="list_name", new_value="In Review") == "Task updated successfully."
+    assert (
+        update(db, task_id="00000149", field="list_name", new_value="In Review")
+        == "Task updated successfully."
+    )
     assert db["project_management"].get("00000149")["list_name"] == "In Review"
     with pytest.raises(ToolError, match="List not valid"):
         update(db, task_id="00000149", field="list_name", new_value="in review")
@@ -299,7 +408,10 @@ def test_project_tasks_writes(db):
         update(db, task_id="00000149", field="task_id", new_value="00000001")
     with pytest.raises(ToolError, match=r"^Task not found\.$"):
         update(db, task_id="12345678", field="board", new_value="Design")
-    assert project_management.project_management_delete_task(db, task_id="00000149") == "Task deleted successfully."
+    assert (
+        project_management.project_management_delete_task(db, task_id="00000149")
+        == "Task deleted successfully."
+    )
 
 
 # ----- CRM ----------------------------------------------------------------------------------------
@@ -307,19 +419,36 @@ def test_project_tasks_writes(db):
 
 def test_crm_search(db, folder):
     search = crm.customer_relationship_manager_search_customers
-    casey = search(db, customer_name="Casey Wilson", page=1, page_size=1)  # rollout 3's call and NeMo Gym's answer
-    assert casey == {"customers": [{
-        "customer_id": "00000014", "assigned_to_email": "akira.sato@atlas.com", "customer_name": "Casey Wilson",
-        "customer_email": "casey.wilson@ultradynamics", "customer_phone": None,
-        "last_contact_date": "2023-10-09 23:59:00", "product_interest": "Hardware", "status": "Qualified",
-        "follow_up_by": "2023-10-29 23:59:00", "notes": "2023-10-18: Met in person. "}],
-        "pagination": {"total_customers": 1, "page": 1, "page_size": 1, "total_pages": 1}}
+    casey = search(
+        db, customer_name="Casey Wilson", page=1, page_size=1
+    )  # rollout 3's call and NeMo Gym's answer
+    assert casey == {
+        "customers": [
+            {
+                "customer_id": "00000014",
+                "assigned_to_email": "akira.sato@atlas.com",
+                "customer_name": "Casey Wilson",
+                "customer_email": "casey.wilson@ultradynamics",
+                "customer_phone": None,
+                "last_contact_date": "2023-10-09 23:59:00",
+                "product_interest": "Hardware",
+                "status": "Qualified",
+                "follow_up_by": "2023-10-29 23:59:00",
+                "notes": "2023-10-18: Met in person. ",
+            }
+        ],
+        "pagination": {"total_customers": 1, "page": 1, "page_size": 1, "total_pages": 1},
+    }
     rows = _csv(folder, "customer_relationship_manager_data.csv")
     # date bounds compare text, as NeMo Gym does: "2023-11-20 23:59:00" > "2023-11-20"
     through = search(db, last_contact_date_max="2023-11-20", page_size=50)
-    assert through["pagination"]["total_customers"] == sum(r["last_contact_date"] <= "2023-11-20" for r in rows)
-    assert search(db, status="Proposal", product_interest="consulting", last_contact_date_max="2023-11-09") == \
-        "No customers found."  # rollout 2's call and NeMo Gym's answer
+    assert through["pagination"]["total_customers"] == sum(
+        r["last_contact_date"] <= "2023-11-20" for r in rows
+    )
+    assert (
+        search(db, status="Proposal", product_interest="consulting", last_contact_date_max="2023-11-09")
+        == "No customers found."
+    )  # rollout 2's call and NeMo Gym's answer
     with pytest.raises(ToolError, match="No search parameters provided"):
         search(db, page=2)
 
@@ -329,21 +458,37 @@ def test_crm_writes(db):
     new = add(db, customer_name="Dakota Thomas", assigned_to_email="Nadia.Moreau@atlas.com", status="Lead")
     assert new == "00000200"  # as NeMo Gym returned in rollout 4
     assert db["customer_relationship_manager"].get(new) == {
-        "customer_id": "00000200", "assigned_to_email": "nadia.moreau@atlas.com", "customer_name": "Dakota Thomas",
-        "customer_email": None, "customer_phone": None, "last_contact_date": None, "product_interest": None,
-        "status": "Lead", "follow_up_by": None, "notes": None}
+        "customer_id": "00000200",
+        "assigned_to_email": "nadia.moreau@atlas.com",
+        "customer_name": "Dakota Thomas",
+        "customer_email": None,
+        "customer_phone": None,
+        "last_contact_date": None,
+        "product_interest": None,
+        "status": "Lead",
+        "follow_up_by": None,
+        "notes": None,
+    }
     update = crm.customer_relationship_manager_update_customer
-    assert update(db, customer_id=new, field="customer_email", new_value="Dakota@Example.com") == \
-        "Customer updated successfully."
+    assert (
+        update(db, customer_id=new, field="customer_email", new_value="Dakota@Example.com")
+        == "Customer updated successfully."
+    )
     assert db["customer_relationship_manager"].get(new)["customer_email"] == "dakota@example.com"
-    for field, value, error in [("status", "lost", "Status not valid"),
-                                ("product_interest", "Cloud", "Product interest not valid"),
-                                ("customer_id", "00000001", "Field not valid"), ("mood", "happy", "Field not valid")]:
+    for field, value, error in [
+        ("status", "lost", "Status not valid"),
+        ("product_interest", "Cloud", "Product interest not valid"),
+        ("customer_id", "00000001", "Field not valid"),
+        ("mood", "happy", "Field not valid"),
+    ]:
         with pytest.raises(ToolError, match=error):
             update(db, customer_id=new, field=field, new_value=value)
     with pytest.raises(ToolError, match=r"^Customer not found\.$"):
         update(db, customer_id="00000999", field="status", new_value="Lost")
-    assert crm.customer_relationship_manager_delete_customer(db, customer_id=new) == "Customer deleted successfully."
+    assert (
+        crm.customer_relationship_manager_delete_customer(db, customer_id=new)
+        == "Customer deleted successfully."
+    )
     with pytest.raises(ToolError, match=r"^Customer not found\.$"):
         crm.customer_relationship_manager_delete_customer(db, customer_id=new)
 
@@ -365,10 +510,22 @@ def test_toolbox_calls_render_results_and_errors(db):
     assert not typed.ok and "page" in typed.content
     hidden = run("email_delete_email", email_id="00000057", db="x")
     assert not hidden.ok and "db" in hidden.content and db["email"].get("00000057") is not None
-    assert run("calendar_create_event", event_name="A", participant_email="a@b.io", event_start="2023-12-01 10:00",
-               duration="30").content == "00000300"
-    assert missing.message() == {"role": "tool", "tool_call_id": "c1", "name": "email_delete_email",
-                                 "content": "Error: Email not found."}
+    assert (
+        run(
+            "calendar_create_event",
+            event_name="A",
+            participant_email="a@b.io",
+            event_start="2023-12-01 10:00",
+            duration="30",
+        ).content
+        == "00000300"
+    )
+    assert missing.message() == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "name": "email_delete_email",
+        "content": "Error: Email not found.",
+    }
 
 
 # ----- the state: copies, snapshots, limits, bad folders ------------------------------------------
@@ -379,7 +536,10 @@ def test_fresh_copies_share_nothing_that_changes(template):
     before = template.snapshot()
     crm.customer_relationship_manager_delete_customer(one, customer_id="00000014")
     email.email_send_email(two, recipient="a@b.io", subject="s", body="b")
-    assert "00000014" not in one["customer_relationship_manager"] and "00000014" in two["customer_relationship_manager"]
+    assert (
+        "00000014" not in one["customer_relationship_manager"]
+        and "00000014" in two["customer_relationship_manager"]
+    )
     assert len(one["email"]) == 500 and len(two["email"]) == 501
     after = template.snapshot()
     assert all(after[name].rows is before[name].rows for name in before)  # the template never changes
@@ -390,9 +550,13 @@ def test_fresh_copies_share_nothing_that_changes(template):
 
 def test_a_table_grows_by_at_most_max_new_rows(db):
     for _ in range(MAX_NEW_ROWS):
-        analytics.analytics_create_plot(db, time_min="a", time_max="b", value_to_plot="user_engaged", plot_type="bar")
+        analytics.analytics_create_plot(
+            db, time_min="a", time_max="b", value_to_plot="user_engaged", plot_type="bar"
+        )
     with pytest.raises(ToolError, match="table is full"):
-        analytics.analytics_create_plot(db, time_min="a", time_max="b", value_to_plot="user_engaged", plot_type="bar")
+        analytics.analytics_create_plot(
+            db, time_min="a", time_max="b", value_to_plot="user_engaged", plot_type="bar"
+        )
     assert len(db[PLOTS]) == MAX_NEW_ROWS
 
 

@@ -37,8 +37,11 @@ def _tokenizer() -> Any:
 
 def solution_turns(row: dict[str, Any]) -> list[str]:
     """A row's solution one call per turn, then its final reply."""
-    calls = [f'<think>Step {i + 1}.</think><tool_call>{{"name": "{call["name"]}", "arguments": {call["arguments"]}}}'
-             "</tool_call>" for i, call in enumerate(row["solution"])]
+    calls = [
+        f'<think>Step {i + 1}.</think><tool_call>{{"name": "{call["name"]}", "arguments": {call["arguments"]}}}'
+        "</tool_call>"
+        for i, call in enumerate(row["solution"])
+    ]
     return [*calls, f"<think>Done.</think>{final_reply(row)}"]
 
 

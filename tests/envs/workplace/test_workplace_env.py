@@ -24,8 +24,10 @@ from cascade_envs.testing import check_env
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 ROWS = DATA / "nemo-gym-rows" / "workplace_assistant" / "example.jsonl"
 TABLES = DATA / "workplace-tables"
-pytestmark = pytest.mark.skipif(not (ROWS.is_file() and TABLES.is_dir()),
-                                reason=f"NeMo Gym rows or WorkBench tables not found under {DATA}")
+pytestmark = pytest.mark.skipif(
+    not (ROWS.is_file() and TABLES.is_dir()),
+    reason=f"NeMo Gym rows or WorkBench tables not found under {DATA}",
+)
 
 
 def _rows() -> list[dict]:
@@ -105,15 +107,23 @@ def test_order_of_independent_writes_does_not_matter(template):
     one, two = template.fresh(), template.fresh()
     email.email_send_email(one, recipient="a@x.io", subject="A", body="a")
     email.email_send_email(one, recipient="b@x.io", subject="B", body="b")
-    crm.customer_relationship_manager_update_customer(one, customer_id="00000014", field="status", new_value="Won")
+    crm.customer_relationship_manager_update_customer(
+        one, customer_id="00000014", field="status", new_value="Won"
+    )
     crm.customer_relationship_manager_delete_customer(one, customer_id="00000015")
     crm.customer_relationship_manager_delete_customer(two, customer_id="00000015")
-    crm.customer_relationship_manager_update_customer(two, customer_id="00000014", field="status", new_value="Won")
+    crm.customer_relationship_manager_update_customer(
+        two, customer_id="00000014", field="status", new_value="Won"
+    )
     email.email_send_email(two, recipient="b@x.io", subject="B", body="b")
     email.email_send_email(two, recipient="a@x.io", subject="A", body="a")
-    assert one["email"].get("500")["subject"] == "A" and two["email"].get("500")["subject"] == "B"  # ids differ
+    assert (
+        one["email"].get("500")["subject"] == "A" and two["email"].get("500")["subject"] == "B"
+    )  # ids differ
     assert compare(one.snapshot(), two.snapshot()).equal
-    email.email_send_email(two, recipient="a@x.io", subject="A", body="a")  # the same email twice is two emails
+    email.email_send_email(
+        two, recipient="a@x.io", subject="A", body="a"
+    )  # the same email twice is two emails
     verdict = compare(one.snapshot(), two.snapshot())
     assert not verdict.equal and "an unexpected new row" in verdict.differences[0]
 
@@ -121,18 +131,22 @@ def test_order_of_independent_writes_does_not_matter(template):
 def test_differences_are_bounded_and_name_rows(template):
     edited = template.fresh()
     for customer in ("00000014", "00000015", "00000016", "00000017", "00000018", "00000019", "00000020"):
-        crm.customer_relationship_manager_update_customer(edited, customer_id=customer, field="customer_name",
-                                                          new_value="Nobody")
+        crm.customer_relationship_manager_update_customer(
+            edited, customer_id=customer, field="customer_name", new_value="Nobody"
+        )
     verdict = compare(template.snapshot(), edited.snapshot())
     assert len(verdict.differences) == 5 and verdict.more == 2 and verdict.reason.endswith("; and 2 more")
-    assert verdict.differences[0] == ("customer_relationship_manager: row 00000014: customer_name is 'Nobody', "
-                                      "expected 'Casey Wilson'")
+    assert verdict.differences[0] == (
+        "customer_relationship_manager: row 00000014: customer_name is 'Nobody', expected 'Casey Wilson'"
+    )
     gone = template.fresh()
     email.email_delete_email(gone, email_id="00000057")
     assert compare(template.snapshot(), gone.snapshot()).differences == (
-        "email: row 00000057 was deleted but should remain",)
+        "email: row 00000057 was deleted but should remain",
+    )
     assert compare(gone.snapshot(), template.snapshot()).differences == (
-        "email: row 00000057 should have been deleted",)
+        "email: row 00000057 should have been deleted",
+    )
 
 
 # ----- episodes -----------------------------------------------------------------------------------
@@ -151,40 +165,74 @@ def test_the_ground_truth_earns_one_and_nothing_earns_zero(env, rows):
 
 def test_a_wrong_id_earns_zero(env, rows):
     reply_row = rows[0]  # reply to carlos's email 00000057
-    wrong = call("email_reply_email", email_id="00000058",
-                 body="Thanks for the update - I will get back to you tomorrow.")
+    wrong = call(
+        "email_reply_email",
+        email_id="00000058",
+        body="Thanks for the update - I will get back to you tomorrow.",
+    )
     reward, _, _ = play(env, reply_row, wrong, "Done.")
     assert reward.value == 0.0 and not reward.masked and "email" in reward.components["tables"]
     event_row = rows[1]  # rename the last event of December 1 (00000252)
-    reward, _, _ = play(env, event_row, call("calendar_update_event", event_id="00000261", field="event_name",
-                                             new_value="Risk Management Forum"), "Done.")
+    reward, _, _ = play(
+        env,
+        event_row,
+        call(
+            "calendar_update_event",
+            event_id="00000261",
+            field="event_name",
+            new_value="Risk Management Forum",
+        ),
+        "Done.",
+    )
     assert reward.value == 0.0 and "row 00000252" in reward.reason
 
 
 def test_read_only_calls_never_change_the_reward(env, rows):
     row = rows[2]
-    reads = (call("company_directory_find_email_address", name="akira")
-             + call("customer_relationship_manager_search_customers", assigned_to_email="akira.sato@atlas.com",
-                    product_interest="Software", page_size=50)
-             + call("email_search_emails", query="software") + call("analytics_total_visits_count"))
+    reads = (
+        call("company_directory_find_email_address", name="akira")
+        + call(
+            "customer_relationship_manager_search_customers",
+            assigned_to_email="akira.sato@atlas.com",
+            product_interest="Software",
+            page_size=50,
+        )
+        + call("email_search_emails", query="software")
+        + call("analytics_total_visits_count")
+    )
     assert play(env, row, reads, solution(row), reads, "Reassigned.")[0].value == 1.0
     assert play(env, row, reads, reads, "Reassigned.")[0].value == 0.0
 
 
 def test_a_final_reply_is_needed(env, rows):
     assert play(env, rows[2], solution(rows[2]), "Reassigned.")[0].value == 1.0
-    for empty in ("", "  \n", "<think>done</think>", "\u200b", "\u200b\u200c\u200d\u2060\ufeff",
-                  "<think>done</think>\u3164\u2800\u00a0\u00ad", "<THINK>done</THINK>"):
+    for empty in (
+        "",
+        "  \n",
+        "<think>done</think>",
+        "\u200b",
+        "\u200b\u200c\u200d\u2060\ufeff",
+        "<think>done</think>\u3164\u2800\u00a0\u00ad",
+        "<THINK>done</THINK>",
+    ):
         reward, episode, _ = play(env, rows[2], solution(rows[2]), empty)
         assert episode.terminated and reward.value == 0.0 and not reward.masked
         assert reward.reason == NO_ANSWER, ascii(empty)
 
 
 def test_read_only_task(env, rows):
-    question = {**rows[0], "id": "question", "ground_truth": [], "responses_create_params": {
-        **rows[0]["responses_create_params"],
-        "input": [rows[0]["responses_create_params"]["input"][0],
-                  {"role": "user", "content": "How many emails has kofi sent me?"}]}}
+    question = {
+        **rows[0],
+        "id": "question",
+        "ground_truth": [],
+        "responses_create_params": {
+            **rows[0]["responses_create_params"],
+            "input": [
+                rows[0]["responses_create_params"]["input"][0],
+                {"role": "user", "content": "How many emails has kofi sent me?"},
+            ],
+        },
+    }
     look = call("email_search_emails", query="kofi", page_size=1)
     reward, _, observed = play(env, question, look, "Kofi has sent you 26 emails.")
     assert reward.value == 1.0 and '"total_emails": 26' in observed[0][0]["content"]
@@ -194,7 +242,9 @@ def test_read_only_task(env, rows):
     assert play(env, question, look, "")[0].value == 0.0
     short = WorkplaceEnv(tasks=[], tables=TABLES, max_turns=2)
     cut, episode, _ = play(short, question, look, look, "26")
-    assert episode.truncated and cut.value == 0.0 and "answered in the final reply, and none came" in cut.reason
+    assert (
+        episode.truncated and cut.value == 0.0 and "answered in the final reply, and none came" in cut.reason
+    )
 
 
 def test_turn_limit_scores_the_state_like_nemo_gym(rows):
@@ -222,10 +272,12 @@ def test_calls_inside_reasoning_do_not_run(env, rows):
 
 def test_mistakes_get_error_messages_and_the_episode_goes_on(env, rows):
     row = rows[2]
-    broken = ('<tool_call>{"name": "customer_relationship_manager_update_customer", "arguments": {oops}</tool_call>'
-              + call("crm_update", customer_id="00000095")
-              + call("customer_relationship_manager_update_customer", customer_id=95, field="status")
-              + call("customer_relationship_manager_delete_customer", customer_id="00000999"))
+    broken = (
+        '<tool_call>{"name": "customer_relationship_manager_update_customer", "arguments": {oops}</tool_call>'
+        + call("crm_update", customer_id="00000095")
+        + call("customer_relationship_manager_update_customer", customer_id=95, field="status")
+        + call("customer_relationship_manager_delete_customer", customer_id="00000999")
+    )
     reward, _, observed = play(env, row, broken, solution(row), "Done.")
     first = [m["content"] for m in observed[0]]
     assert len(first) == 4 and all(text.startswith("Error: ") for text in first)
@@ -237,8 +289,9 @@ def test_mistakes_get_error_messages_and_the_episode_goes_on(env, rows):
 
 
 def test_null_arguments_count_as_not_given(env, rows):
-    search = call("customer_relationship_manager_search_customers", customer_name="Casey Wilson", status=None,
-                  page=None)
+    search = call(
+        "customer_relationship_manager_search_customers", customer_name="Casey Wilson", status=None, page=None
+    )
     reward, _, observed = play(env, rows[2], search, solution(rows[2]), "Done.")
     assert json.loads(observed[0][0]["content"])["customers"][0]["customer_id"] == "00000014"
     assert reward.value == 1.0 and reward.components["tool_errors"] == 0
@@ -250,7 +303,8 @@ def test_too_many_calls_in_one_reply(rows):
     many = solution(row) + call("email_search_emails", query="x") * 497
     reward, _, observed = play(env, row, many, "Done.")
     assert len(observed[0]) == 4 and observed[0][-1]["content"].startswith(
-        "Error: only the first 3 tool calls of a reply run; 497 more were not run (email_search_emails, ")
+        "Error: only the first 3 tool calls of a reply run; 497 more were not run (email_search_emails, "
+    )
     assert reward.value == 1.0 and reward.components["tool_calls"] == 3
 
 
@@ -259,8 +313,12 @@ def test_two_concurrent_episodes_of_one_task_share_no_state(env, rows):
 
     async def run():
         right, wrong = await env.astart(env.load(row)), await env.astart(env.load(row))
-        await asyncio.gather(env.aadvance(right, solution(row)), env.aadvance(wrong, call(
-            "customer_relationship_manager_delete_customer", customer_id="00000014")))
+        await asyncio.gather(
+            env.aadvance(right, solution(row)),
+            env.aadvance(
+                wrong, call("customer_relationship_manager_delete_customer", customer_id="00000014")
+            ),
+        )
         await asyncio.gather(env.aadvance(right, "Done."), env.aadvance(wrong, "Done."))
         rewards = await env.ascore_episodes([right, wrong])
         assert "00000014" in right.state.workplace["customer_relationship_manager"]
@@ -280,7 +338,9 @@ def test_two_concurrent_episodes_of_one_task_share_no_state(env, rows):
 def test_rows_are_read_unchanged_and_announce_their_tools(env, rows):
     assert [t.row for t in env.tasks] == rows
     system = env.prompt(env.load_task(rows[0]))[0]["content"]
-    assert system.startswith("Today's date is Thursday, 2023-11-30") and system.count('"type": "function"') == 27
+    assert (
+        system.startswith("Today's date is Thursday, 2023-11-30") and system.count('"type": "function"') == 27
+    )
     bare = {k: v for k, v in rows[0].items() if k != "responses_create_params"}
     bare["responses_create_params"] = {"input": rows[0]["responses_create_params"]["input"]}
     ours = env.prompt(env.load_task(bare))[0]["content"]
@@ -288,20 +348,44 @@ def test_rows_are_read_unchanged_and_announce_their_tools(env, rows):
     assert play(env, bare, solution(rows[0]), "Done.")[0].value == 1.0
 
 
-@pytest.mark.parametrize(("change", "field", "message"), [
-    ({"ground_truth": {"name": "email_delete_email"}}, "ground_truth", "expected a list"),
-    ({"ground_truth": [{"name": "email_purge", "arguments": "{}"}]}, "ground_truth", "does not announce"),
-    ({"ground_truth": [{"name": "email_delete_email", "arguments": "{email_id"}]}, "ground_truth", "not valid JSON"),
-    ({"ground_truth": [{"name": "email_delete_email", "arguments": '{"email_id": 57}'}]}, "ground_truth",
-     "expected string"),
-    ({"ground_truth": [{"name": "email_delete_email", "arguments": '{"email_id": "1"}'}]}, "ground_truth",
-     "Email not found"),
-    ({"category": 3}, "category", "string"),
-    ({"responses_create_params": {"input": [{"role": "user", "content": "Delete my last email."}]}},
-     "responses_create_params.input", "today's date"),
-    ({"responses_create_params": {"input": "Today is 2023-11-30.", "tools": [{"name": "rm_rf", "parameters": {}}]}},
-     "responses_create_params.tools", "rm_rf"),
-])
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"ground_truth": {"name": "email_delete_email"}}, "ground_truth", "expected a list"),
+        ({"ground_truth": [{"name": "email_purge", "arguments": "{}"}]}, "ground_truth", "does not announce"),
+        (
+            {"ground_truth": [{"name": "email_delete_email", "arguments": "{email_id"}]},
+            "ground_truth",
+            "not valid JSON",
+        ),
+        (
+            {"ground_truth": [{"name": "email_delete_email", "arguments": '{"email_id": 57}'}]},
+            "ground_truth",
+            "expected string",
+        ),
+        (
+            {"ground_truth": [{"name": "email_delete_email", "arguments": '{"email_id": "1"}'}]},
+            "ground_truth",
+            "Email not found",
+        ),
+        ({"category": 3}, "category", "string"),
+        (
+            {"responses_create_params": {"input": [{"role": "user", "content": "Delete my last email."}]}},
+            "responses_create_params.input",
+            "today's date",
+        ),
+        (
+            {
+                "responses_create_params": {
+                    "input": "Today is 2023-11-30.",
+                    "tools": [{"name": "rm_rf", "parameters": {}}],
+                }
+            },
+            "responses_create_params.tools",
+            "rm_rf",
+        ),
+    ],
+)
 def test_bad_rows_name_their_field(env, rows, change, field, message):
     with pytest.raises(TaskError, match=message) as caught:
         env.load_task({**rows[0], **change})
@@ -310,11 +394,22 @@ def test_bad_rows_name_their_field(env, rows, change, field, message):
 
 def test_a_ground_truth_that_fails_on_the_tables_rejects_the_row_at_load(rows, tmp_path):
     path = tmp_path / "tasks.jsonl"
-    failing = {**rows[1], "id": 41, "ground_truth": [
-        {"name": "calendar_update_event", "arguments": '{"event_id": "00000252", "field": "room", "new_value": "A"}'}]}
+    failing = {
+        **rows[1],
+        "id": 41,
+        "ground_truth": [
+            {
+                "name": "calendar_update_event",
+                "arguments": '{"event_id": "00000252", "field": "room", "new_value": "A"}',
+            }
+        ],
+    }
     path.write_text("\n".join(json.dumps(r) for r in (rows[0], failing)) + "\n")
-    with pytest.raises(DataError, match=rf"{path}:2 \(id 41\): field 'ground_truth': ground_truth\[0\] "
-                                        r"\(calendar_update_event\) fails on the tables in .*: Invalid field"):
+    with pytest.raises(
+        DataError,
+        match=rf"{path}:2 \(id 41\): field 'ground_truth': ground_truth\[0\] "
+        r"\(calendar_update_event\) fails on the tables in .*: Invalid field",
+    ):
         WorkplaceEnv(tasks=str(path), tables=TABLES)
     kept = WorkplaceEnv(tasks=str(path), tables=TABLES, on_bad_rows="skip")
     assert [t.row for t in kept.tasks] == [rows[0]] and kept.tasks.skipped == 1
@@ -328,9 +423,33 @@ def test_constructor_arguments():
 
 def test_conformance(env, rows):
     row = rows[2]  # idempotent writes: the conformance runner replays the good answer every turn
-    wrong = "".join(call("customer_relationship_manager_update_customer", customer_id=c, field="assigned_to_email",
-                         new_value="raj.patel@atlas.com") for c in ("00000095", "00000080", "00000036"))
-    check_env(env, good_row=row, good_answer=solution(row), bad_answer=wrong,
-              bad_rows=[({**row, "ground_truth": "[{"}, "ground_truth"),
-                        ({**row, "ground_truth": [{"name": "customer_relationship_manager_delete_customer",
-                                                   "arguments": '{"customer_id": "42"}'}]}, "ground_truth")])
+    wrong = "".join(
+        call(
+            "customer_relationship_manager_update_customer",
+            customer_id=c,
+            field="assigned_to_email",
+            new_value="raj.patel@atlas.com",
+        )
+        for c in ("00000095", "00000080", "00000036")
+    )
+    check_env(
+        env,
+        good_row=row,
+        good_answer=solution(row),
+        bad_answer=wrong,
+        bad_rows=[
+            ({**row, "ground_truth": "[{"}, "ground_truth"),
+            (
+                {
+                    **row,
+                    "ground_truth": [
+                        {
+                            "name": "customer_relationship_manager_delete_customer",
+                            "arguments": '{"customer_id": "42"}',
+                        }
+                    ],
+                },
+                "ground_truth",
+            ),
+        ],
+    )
