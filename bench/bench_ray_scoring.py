@@ -112,8 +112,8 @@ def main() -> None:
                     answer_groups(env_id, tasks, 4 * len(tasks)),
                 )
             )
-            local.close()
-            remote.close()
+            local.envs.close()
+            remote.envs.close()
         code_local, code_ray = CodeEnv(time_limit_s=5), CodeEnv(ray_actors=args.actors, time_limit_s=5)
         task = next(t for t in code_local.tasks if t.task_id == "code-sample/sum-big")
         groups = [(task, [SUM, WRONG, SUM, WRONG])] * (args.code // 4)

@@ -95,9 +95,13 @@ def client() -> Any:
     return images.client()
 
 
-def containers(label: str) -> list[Any]:
-    """Every container (running or not) carrying ``label`` (``key=value``)."""
-    return client().containers.list(all=True, filters={"label": label})
+def containers(label: str) -> list[dict[str, Any]]:
+    """Every container (running or not) carrying ``label`` (``key=value``), as the daemon lists them.
+
+    The low-level list: the SDK's ``containers.list`` inspects each one afterwards and fails on a
+    container removed in between (``--rm``).
+    """
+    return client().api.containers(all=True, filters={"label": label})
 
 
 def volumes() -> set[str]:
@@ -171,7 +175,7 @@ class PrivateDaemon:
     def containers(self) -> list[Any]:
         from cascade_envs.sandbox import images
 
-        return images.client(self.url).containers.list(all=True)
+        return images.client(self.url).api.containers(all=True)
 
     def close(self) -> None:
         self.stop()

@@ -69,7 +69,7 @@ def test_the_code_env_masks_a_sample_whose_image_is_missing_with_that_reason():
 
     backend_or_skip("docker")
     env = CodeEnv(tasks=[SUM], sandbox=DockerSandbox(image="cascade-no-such-image:1"))
-    reward = asyncio.run(env.areward(env.load_task(SUM), "```python\nprint(3)\n```"))
+    reward = asyncio.run(env.areward(SUM, "```python\nprint(3)\n```"))
     assert reward.masked and "cascade-no-such-image:1" in reward.error and "docker pull" in reward.error, (
         reward
     )

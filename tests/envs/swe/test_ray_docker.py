@@ -42,7 +42,7 @@ class Watching:
         self.turns, self.marker, self.owners = turns, marker, set()
 
     async def agenerate(self, messages: list[Any], *, sampling: Any, thinking: bool = True) -> Completion:
-        self.owners |= {c.labels[LABEL] for c in docker_support.containers(f"cascade-test={self.marker}")}
+        self.owners |= {c["Labels"][LABEL] for c in docker_support.containers(f"cascade-test={self.marker}")}
         k = sum(m.get("role") == "assistant" for m in messages)
         return Completion(self.turns[min(k, len(self.turns) - 1)], finish_reason="stop")
 
@@ -70,5 +70,5 @@ def test_a_ray_actor_plays_swe_episodes_in_its_nodes_docker(local_ray):
         assert policy.owners == {f"{info['host']}:{info['pid']}"}  # the actor's own, on its node's daemon
         assert pool.held == [0]
     finally:
-        remote.close()
+        remote.envs.close()
     assert docker_support.containers(f"cascade-test={marker}") == []
