@@ -136,7 +136,7 @@ def main() -> None:
     if not envs:
         raise SystemExit("no backend can run here")
     some = next(iter(envs.values()))
-    row = next(r for r in some.tasks or [] if r["repo"].endswith("/" + args.repo))
+    row = next(t.row for t in some.tasks or [] if t.row["repo"].endswith("/" + args.repo))
     files = read_task(row).files or {}
     loop = asyncio.new_event_loop()
     for env in envs.values():
@@ -201,7 +201,7 @@ def make_env(backend: str, repo: str) -> SweEnv:
         from cascade_envs.envs.swe.images import build_images
         from cascade_envs.sandbox import images
 
-        build_images([read_task(r) for r in env.tasks or []], images.client(), log=lambda message: None)
+        build_images([t.task for t in env.tasks or []], images.client(), log=lambda message: None)
     return env
 
 
