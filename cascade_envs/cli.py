@@ -37,6 +37,16 @@ def _parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
+def _seed(text: str) -> int | None:
+    """``--seed``: an int, or ``none`` for requests that carry no seed (the server samples freely)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {text!r}") from None
+
+
 def _make_policy(args: argparse.Namespace) -> Any:
     """The policy of ``--policy`` (with ``--model`` and ``--request-timeout`` for an HTTP one)."""
     from .rollout import make_policy
@@ -126,7 +136,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.judge_url:
         os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
     try:
-        mix = EnvMix(weights, seed=args.seed, env_kwargs=env_kwargs)
+        mix = EnvMix(weights, seed=args.seed or 0, env_kwargs=env_kwargs)
     except JudgeUnavailable as exc:
         raise JudgeUnavailable(exc.owner, f"add --judge-url {SERVE_JUDGE_URL}") from None
     if args.ray:
@@ -370,7 +380,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--num-tasks", type=int, help="sample this many tasks from the mix")
     p.add_argument("--limit", type=int, help="at most this many tasks per env (without --num-tasks)")
     p.add_argument("-g", "--group-size", type=int, default=1, help="samples per task (default 1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        metavar="N|none",
+        help="seeds the task draw and every request (seed + index; default %(default)s); 'none' sends "
+        "no seed, so an HTTP server samples from its own RNG (vLLM on CPU needs this under load)",
+    )
     _add_rollout_options(p)
     p.add_argument(
         "--ray",

@@ -25,8 +25,9 @@ class JudgedEnv(Env[TaskT]):
     (one line saying how to start ``cascade-envs serve-judge``). ``judge_model``: the served model
     (``None``: ``$CASCADE_ENVS_JUDGE_MODEL``, else the only one the endpoint serves);
     ``judge_concurrency``: calls in flight per endpoint; ``judge_timeout_s``: the deadline of one
-    attempt (each request of an ``HTTPJudge``, retries included, ends within three times that).
-    A ``Judge`` object is used as given. Nothing touches the network at construction.
+    attempt (each request of an ``HTTPJudge``, retries included, ends within three times that);
+    ``judge_max_tokens``: the judge's reply budget (default: the env's, e.g. GenRM's 16384; a server
+    whose context is smaller rejects every call, so lower it to fit). A ``Judge`` object is used as given. Nothing touches the network at construction.
     Subclasses call ``ajudge`` and turn its ``JudgeError`` into ``Reward.failed(...)``; one whose
     settings need no judge (e.g. a similarity reward) says so in ``uses_judge``, and then none is made.
     """
@@ -42,9 +43,18 @@ class JudgedEnv(Env[TaskT]):
         judge_model: str | None = None,
         judge_concurrency: int = 32,
         judge_timeout_s: float = 120.0,
+        judge_max_tokens: int | None = None,
         **env_kwargs: Any,
     ):
         owner = type(self).__name__
+        if judge_max_tokens is not None:
+            if (
+                not isinstance(judge_max_tokens, int)
+                or isinstance(judge_max_tokens, bool)
+                or judge_max_tokens < 1
+            ):
+                raise ValueError(f"judge_max_tokens must be a positive int, got {judge_max_tokens!r}")
+            self.judge_max_tokens = judge_max_tokens
         self.judge: Judge = (
             make_judge(
                 judge_url,

@@ -77,6 +77,36 @@ def test_eval_against_a_server(chat_server, tmp_path, capsys):
     assert len(out.read_text().splitlines()) == 8
 
 
+@pytest.mark.parametrize(("seed", "sent"), [("5", [5, 6, 7, 8]), ("none", [None] * 4)])
+def test_eval_sends_a_seed_per_request_or_none(chat_server, tmp_path, seed, sent):
+    """``--seed N`` gives request i the seed N + i; ``--seed none`` sends no seed field at all."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "\n".join(json.dumps({"id": f"t{i}", "prompt": f"ANSWER: {i}", "answer": "0"}) for i in range(2))
+    )
+    argv = ["eval", "--env", "toy/ExactAnswer-v0", "--tasks", str(tasks), "--policy", chat_server.url]
+    argv += [
+        "--model",
+        "echo-answer",
+        "-g",
+        "2",
+        "--seed",
+        seed,
+        "--no-progress",
+        "-o",
+        str(tmp_path / "r.jsonl"),
+    ]
+    assert main(argv) == 0
+    seeds = [r.get("seed") for r in chat_server.requests]
+    assert sorted(seeds, key=lambda s: -1 if s is None else s) == sent
+
+
+def test_a_bad_seed_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--seed", "often"])
+    assert "expected an integer or 'none'" in capsys.readouterr().err
+
+
 def test_eval_with_a_mix_file_and_bad_weights(chat_server, tmp_path, capsys):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "a", "prompt": "ANSWER: 1", "answer": "1"}))

@@ -181,6 +181,18 @@ def test_ajudge_passes_sampling_and_parses():
     assert judge.calls == [JudgeCall(ask, 32, 0.0, 1.0), JudgeCall(ask, 7, 0.0, 0.5)]
 
 
+def test_judge_max_tokens_is_a_constructor_setting():
+    """A judge server with a small context rejects the env's default budget: the user lowers it."""
+    judge = ScriptedJudge("VERDICT: yes")
+    env = VerdictEnv(judge_url=judge, judge_max_tokens=9)
+    assert run_sync(env.ajudge([{"role": "user", "content": "?"}], parse_verdict)) is True
+    assert judge.calls[0].max_tokens == 9
+    assert VerdictEnv(judge_url=ScriptedJudge("x")).judge_max_tokens == 32  # the class default stays
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="judge_max_tokens"):
+            VerdictEnv(judge_url=judge, judge_max_tokens=bad)
+
+
 def test_ajudge_turns_failures_into_judge_errors():
     ask = [{"role": "user", "content": "?"}]
     env = VerdictEnv(judge_url=ScriptedJudge("no verdict here"))
