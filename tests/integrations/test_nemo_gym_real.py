@@ -133,3 +133,53 @@ def test_gymnasium_agent_plays_workplace_episodes_like_the_env():
 def solutions_for(row: dict[str, Any], solutions: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     task = next(m["content"] for m in row["responses_create_params"]["input"] if m["role"] == "user")
     return solutions[task]
+
+
+def test_genrm_groups_through_rollout_collection_and_a_lost_rollout_does_not_stall():
+    from cascade_envs.envs.genrm.env import GenRMEnv
+    from cascade_envs.testing import ScriptedJudge
+    from tests.envs.genrm.scripted import RIGHT, RIGHT_LONG, ROW, WRONG, rubric_reply
+
+    answers = [RIGHT, RIGHT_LONG, WRONG]
+    served_count = {"n": 0}
+
+    def policy(request: dict[str, Any]) -> Step:
+        served_count["n"] += 1
+        return Step(answers[(served_count["n"] - 1) % 3])
+
+    env = GenRMEnv([ROW], judge_url=ScriptedJudge(rubric_reply))
+    loaded = env.load(ROW)
+    row = gym_row(env, "cascade/GenRM-v0", loaded, SIMPLE_AGENT)
+    full = [{**row, "_ng_task_index": 0} for _ in range(3)]
+    lost = [{**row, "_ng_task_index": 1} for _ in range(2)]  # the group's third rollout never comes
+    options = {"num_rollouts_per_prompt": 3, "group_deadline_s": 3.0}
+    served_env = GenRMEnv([ROW], judge_url=ScriptedJudge(rubric_reply))
+    with (
+        ScriptedChatServer(policy) as chat,
+        BackgroundServer("nemo-gym", served_env, options=options) as served,
+    ):
+        stack = GymStack(served.url, chat.url + "/v1")
+        try:
+            results = stack.collect(full)
+            partial = stack.collect(lost)
+        finally:
+            stack.close()
+
+    def text_of(result: dict[str, Any]) -> str:
+        reasoning = "".join(
+            s["text"] for i in result["response"]["output"] if i["type"] == "reasoning" for s in i["summary"]
+        )
+        message = "".join(
+            c["text"] for i in result["response"]["output"] if i["type"] == "message" for c in i["content"]
+        )
+        return f"<think>{reasoning}</think>{message}" if reasoning else message
+
+    texts = [text_of(r) for _, r in results]
+    assert sorted(texts) == sorted(answers)
+    want = asyncio.run(env.ascore_responses(ROW, texts))
+    assert [r["reward"] for _, r in results] == [w.value for w in want]
+    assert len({r["reward"] for _, r in results}) > 1  # the group was scored as a group
+    texts = [text_of(r) for _, r in partial]
+    want = asyncio.run(env.ascore_responses(ROW, texts))  # the two that arrived, scored together
+    assert [r["reward"] for _, r in partial] == [w.value for w in want]
+    assert not any(r["mask_sample"] for _, r in partial)

@@ -147,7 +147,7 @@ def completion_of(
     text = "\n".join(p for p in parts if p)
     reasoning = "\n".join(t for t in thinking if t)
     if reasoning:
-        text = f"<think>\n{reasoning}\n</think>\n\n{text}"
+        text = f"<think>{reasoning}</think>{text}"
     details = response.get("incomplete_details")
     finish = (
         "length" if isinstance(details, dict) and details.get("reason") == "max_output_tokens" else "stop"
