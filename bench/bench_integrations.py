@@ -4,7 +4,7 @@ resources server on the same rows, and the per-episode cost of either against ca
 An episode is what NeMo Gym's ``simple_agent`` asks of a resources server for one rollout:
 ``POST /seed_session`` then ``POST /verify`` with a fixed model answer (no model in the loop), each
 client session with its own cookies. Both servers run in processes of their own (one worker each);
-one load generator (asyncio + httpx) keeps 1, 8 and 64 sessions busy and prints episodes/s for
+one load generator (asyncio + aiohttp) keeps 1, 8 and 64 sessions busy and prints episodes/s for
 each, the ratio ours / NeMo Gym's, and the in-process rate of ``Env.astart/aadvance/ascore_episodes``
 (the adapter's overhead is the gap). Needs nemo-gym (Python >= 3.12: ``bash .ci/nemo_gym.sh``
 builds ``.venv-nemo-gym``):
@@ -78,25 +78,36 @@ def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> No
     raise RuntimeError(f"server {url} did not start")
 
 
+def cookies_of(response: Any) -> dict[str, str]:
+    """``name=value`` of each ``Set-Cookie`` header (what NeMo Gym's agents pass to the next call)."""
+    pairs = (h.split(";", 1)[0].partition("=") for h in response.headers.getall("set-cookie", []))
+    return {name.strip(): value for name, _, value in pairs}
+
+
 async def load(
     url: str, bodies: list[tuple[dict[str, Any], dict[str, Any]]], sessions: int, episodes: int
 ) -> float:
-    """Episodes/s with ``sessions`` clients each playing seed_session + verify in a loop."""
+    """Episodes/s with ``sessions`` clients each playing seed_session + verify in a loop (aiohttp,
+    as NeMo Gym's own clients; httpx's per-request overhead would dominate the measurement)."""
+    import aiohttp
+
     done = 0
     failures = 0
 
     async def client(k: int) -> None:
         nonlocal done, failures
-        limits = httpx.Limits(max_connections=1)
-        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+        connector = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(url, connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as c:
             i = k
             while done < episodes:
                 seed, verify = bodies[i % len(bodies)]
                 i += sessions
-                c.cookies.clear()
-                r1 = await c.post("/seed_session", json=seed)
-                r2 = await c.post("/verify", json=verify)
-                if r1.status_code != 200 or r2.status_code != 200 or "reward" not in r2.json():
+                async with c.post("/seed_session", json=seed) as r1:
+                    await r1.read()
+                    cookies = cookies_of(r1)
+                async with c.post("/verify", json=verify, cookies=cookies) as r2:
+                    answer = await r2.json()
+                if r1.status != 200 or r2.status != 200 or "reward" not in answer:
                     failures += 1
                 done += 1
 
