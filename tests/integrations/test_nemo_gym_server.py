@@ -297,3 +297,53 @@ def test_a_client_that_disconnects_mid_episode_leaves_the_server_serving(exact):
         # the session is intact and finishes normally
         done = c.post("/verify", json={**gym_row(ROW), "response": response(message("4"))})
         assert done.status_code == 200 and done.json()["reward"] == 1.0
+
+
+def test_twenty_turn_episode_keeps_the_trainers_token_ids():
+    """Each /step's generation_token_ids, log-probs and prompt ids reach the episode as sent (no
+    re-tokenisation), turn by turn, over a 20-turn tool episode."""
+    kept: list[list[Any]] = []
+
+    class LongLookup(LookupToolEnv):
+        max_turns = 25
+
+        async def on_end(self, episode) -> None:
+            kept.append([(c.token_ids, c.logprobs, c.prompt_token_ids, str(c)) for c in episode.completions])
+
+    sent = []
+    with (
+        BackgroundServer("nemo-gym", LongLookup(tasks=[TOOL_ROW])) as server,
+        httpx.Client(base_url=server.url, timeout=30) as c,
+    ):
+        c.post("/reset", json=gym_row(TOOL_ROW))
+        prompt = list(range(5))
+        for turn in range(20):
+            text = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>' if turn < 19 else "XYZ"
+            ids = [1000 + 10 * turn + k for k in range(3 + turn % 4)]
+            lps = [-0.5 - k / 10 for k in range(len(ids))]
+            tokens = {"prompt_token_ids": prompt, "generation_token_ids": ids, "generation_log_probs": lps}
+            answer = c.post(
+                "/step", json={**gym_row(TOOL_ROW), "response": response(message(text, **tokens))}
+            )
+            sent.append((ids, lps, prompt, text))
+            prompt = prompt + ids + [7, 7]  # the next prompt: history + the env's answer tokens
+        assert answer.json()["terminated"] is True and answer.json()["reward"] == 1.0
+    assert kept == [sent]
+
+
+def test_a_request_past_its_deadline_is_504_and_its_session_unusable():
+    class SlowVerifier(ExactAnswerEnv):
+        async def ascore(self, task, answer):
+            await asyncio.sleep(5)
+            return await super().ascore(task, answer)
+
+    with (
+        BackgroundServer("nemo-gym", SlowVerifier(tasks=[ROW]), request_deadline_s=0.3) as server,
+        httpx.Client(base_url=server.url, timeout=30) as c,
+    ):
+        c.post("/seed_session", json=gym_row(ROW))
+        t0 = time.monotonic()
+        late = c.post("/verify", json={**gym_row(ROW), "response": response(message("4"))})
+        assert late.status_code == 504 and time.monotonic() - t0 < 3
+        again = c.post("/verify", json={**gym_row(ROW), "response": response(message("4"))})
+        assert again.status_code == 409 and "deadline" in again.json()["error"]
