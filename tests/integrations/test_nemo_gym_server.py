@@ -347,3 +347,22 @@ def test_a_request_past_its_deadline_is_504_and_its_session_unusable():
         assert late.status_code == 504 and time.monotonic() - t0 < 3
         again = c.post("/verify", json={**gym_row(ROW), "response": response(message("4"))})
         assert again.status_code == 409 and "deadline" in again.json()["error"]
+
+
+def test_error_answers_keep_the_session_cookie_and_late_tool_calls_are_text():
+    """NeMo Gym's simple agent keeps only the last answer's cookies, errors included."""
+    with (
+        BackgroundServer("nemo-gym", LookupToolEnv(tasks=[TOOL_ROW])) as server,
+        httpx.Client(base_url=server.url, timeout=30) as c,
+    ):
+        c.post("/seed_session", json=gym_row(TOOL_ROW))
+        cookie = c.cookies[COOKIE]
+        error = c.post("/step", json={"response": {"output": "bad"}})
+        assert error.status_code == 400 and f"{COOKIE}={cookie}" in error.headers["set-cookie"]
+        for _ in range(3):  # the toy env's turn limit is 3: the third call ends the episode
+            c.post("/lookup", json={})
+        late = c.post("/lookup", json={})
+        assert late.status_code == 200 and "episode has ended" in late.json()["output"]
+        assert f"{COOKIE}={cookie}" in late.headers["set-cookie"]
+        final = c.post("/verify", json={**gym_row(TOOL_ROW), "response": response(message("XYZ"))}).json()
+        assert final["reward"] == 0.0 and final["mask_sample"] is False  # truncated at the turn limit

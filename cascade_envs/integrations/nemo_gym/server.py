@@ -8,7 +8,7 @@ as NeMo Gym's agents pass the resources server's cookies from call to call):
   body itself) in the cookie's live session or a new one; ``/reset`` answers
   ``{"observation": null, "info": {...}}`` (the prompt is in ``responses_create_params.input``).
 - ``POST /<tool>``: one tool call (the body: its arguments) played as a model turn of the episode;
-  answers ``{"output": text}``.
+  answers ``{"output": text}`` (after the episode's end: an error text, for the model to read).
 - ``POST /step`` (``EnvStepRequest``: ``response`` is one model turn): the env's answer,
   ``{"observation", "reward", "terminated", "truncated", "info"}`` with ``info["tool_outputs"] =
   [{"call_id", "output"}]`` for the turn's ``function_call`` items; the terminal step carries the
@@ -96,6 +96,19 @@ class NemoGymHandler(Router):
             headers.append(("set-cookie", f"{COOKIE}={session.id}; Path=/; HttpOnly; SameSite=Lax"))
         return Response(status, body, headers)
 
+    async def handle_request(self, request: Request) -> Response:
+        """The route's answer; a cookie naming a live session is set again on every answer, errors
+        included, as NeMo Gym's agents keep only the cookies of the last answer."""
+        response = await super().handle_request(request)
+        session_id = request.cookie(COOKIE)
+        if (
+            session_id is not None
+            and session_id in self.store
+            and not any(name == "set-cookie" for name, _ in response.headers)
+        ):
+            response.headers.append(("set-cookie", f"{COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Lax"))
+        return response
+
     def _session_id(self, request: Request) -> str:
         session_id = request.cookie(COOKIE)
         if session_id is None:
@@ -160,8 +173,8 @@ class NemoGymHandler(Router):
         arguments = json_body(request, allow_empty=True)
         async with self.store.use(self._session_id(request)) as session:
             episode = self._episode(session)
-            if episode.done:
-                raise Conflict("the episode has ended: no more tool calls")
+            if episode.done:  # said to the model as the tool's output, as NeMo Gym tools report errors
+                return self._answer(session, {"output": "Error: the episode has ended; no more tool calls."})
             turn = await self.env.aadvance(episode, tool_call_text(name, arguments))
             text = observation_text(turn.observation) or ""
             return self._answer(session, {"output": text})
