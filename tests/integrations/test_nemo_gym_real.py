@@ -17,6 +17,7 @@ import pytest
 
 import cascade_envs
 from cascade_envs.integrations.nemo_gym.export import gym_row
+from cascade_envs.integrations.nemo_gym.responses import tool_call_text
 from cascade_envs.serving.server import BackgroundServer
 from tests.chat_server import ScriptedChatServer, Step
 
@@ -183,3 +184,59 @@ def test_genrm_groups_through_rollout_collection_and_a_lost_rollout_does_not_sta
     want = asyncio.run(env.ascore_responses(ROW, texts))  # the two that arrived, scored together
     assert [r["reward"] for _, r in partial] == [w.value for w in want]
     assert not any(r["mask_sample"] for _, r in partial)
+
+
+def test_simple_agent_calls_a_route_per_tool_for_native_function_calls():
+    """The model answers with chat-completions ``tool_calls``: NeMo Gym's vllm_model makes them
+    ``function_call`` items, its simple_agent POSTs each to ``/<tool>`` on our server, then ``/verify``."""
+    from tests.chat_server import completion
+
+    env = cascade_envs.make("cascade/Workplace-v0")
+    loaded = list(env.tasks)[:2]
+    solutions = {}
+    for item in loaded:
+        task = next(m["content"] for m in item.row["responses_create_params"]["input"] if m["role"] == "user")
+        solutions[task] = item.row["solution"]
+
+    def policy(request: dict[str, Any]) -> Step:
+        messages = request["messages"]
+        task = next(m["content"] for m in messages if m["role"] == "user")
+        calls = solutions[task]
+        turn = sum(m["role"] == "assistant" for m in messages)
+        if turn < len(calls):
+            call = {"id": f"call_{turn}", "type": "function", "function": dict(calls[turn])}
+            return Step(body=completion(None, tool_calls=[call]))
+        return Step("Done.")
+
+    rows = [gym_row(env, "cascade/Workplace-v0", item, SIMPLE_AGENT) for item in loaded]
+    with (
+        ScriptedChatServer(policy) as chat,
+        BackgroundServer("nemo-gym", cascade_envs.make("cascade/Workplace-v0")) as served,
+    ):
+        stack = GymStack(served.url, chat.url + "/v1")
+        try:
+            results = stack.collect(rows)
+        finally:
+            stack.close()
+    for row, result in results:
+        output = result["response"]["output"]
+        calls = [i for i in output if i["type"] == "function_call"]
+        outputs = [i for i in output if i["type"] == "function_call_output"]
+        assert len(calls) == len(outputs) == len(row["cascade_row"]["solution"])
+        assert all(o["output"].startswith('{"output":') for o in outputs)  # our tool routes answered
+        assert result["reward"] == 1.0 and result["mask_sample"] is False
+        # the env called directly with the same calls (in cascade's text mode) and final answer
+        turns = [tool_call_text(c["name"], json.loads(c["arguments"])) for c in calls] + ["Done."]
+        assert result["reward"] == asyncio.run(replay(env, row["cascade_row"], turns))
+
+
+async def replay(env: Any, row: dict[str, Any], turns: list[str]) -> float:
+    """The reward of ``turns`` played through ``env`` directly."""
+    episode = await env.astart(env.load(row))
+    for text in turns:
+        await env.aadvance(episode, text)
+        if episode.done:
+            break
+    reward = (await env.ascore_episodes([episode]))[0]
+    await env.aend(episode)
+    return reward.value
