@@ -25,6 +25,7 @@ class Served:
     store: SessionStore
     env: Env
     url: str
+    token_required: bool = False
 
     async def aclose(self, close_env: bool = True) -> None:
         self.server.close()
@@ -71,7 +72,7 @@ async def start(
     server = await serve(handler, host, port, limits, token=required)
     bound = server.sockets[0].getsockname()
     url = f"http://{bound[0] if ':' not in bound[0] else f'[{bound[0]}]'}:{bound[1]}"
-    return Served(server, handler, store, instance, url)
+    return Served(server, handler, store, instance, url, required is not None)
 
 
 def serve_env(protocol: str, env_id: str, host: str = "127.0.0.1", port: int = 8000, **kwargs: Any) -> None:
@@ -81,7 +82,8 @@ def serve_env(protocol: str, env_id: str, host: str = "127.0.0.1", port: int = 8
         served = await start(protocol, env_id, host, port, **kwargs)
         print(
             f"cascade-envs {protocol} server for {env_id} on {served.url} "
-            f"(max {served.store.max_sessions} sessions, idle expiry {served.store.ttl_s:g} s)",
+            f"(max {served.store.max_sessions} sessions, idle expiry {served.store.ttl_s:g} s"
+            f"{', bearer token required' if served.token_required else ''})",
             flush=True,
         )
         try:

@@ -47,6 +47,10 @@ _TOOL = re.compile(r"/([A-Za-z_][A-Za-z0-9_.\-]{0,127})")
 RESERVED = {"seed_session", "verify", "reset", "step", "aggregate_metrics", "health", "mcp"}
 
 
+def _set_cookie(session_id: str) -> tuple[str, str]:
+    return ("set-cookie", f"{COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Lax")
+
+
 def reward_fields(reward: Reward) -> dict[str, Any]:
     """A cascade reward as verify/step fields: masked ones are flagged, never a silent 0."""
     return {
@@ -93,7 +97,7 @@ class NemoGymHandler(Router):
     def _answer(self, session: Session | None, body: Any, status: int = 200) -> Response:
         headers = []
         if session is not None and not session.closed:
-            headers.append(("set-cookie", f"{COOKIE}={session.id}; Path=/; HttpOnly; SameSite=Lax"))
+            headers.append(_set_cookie(session.id))
         return Response(status, body, headers)
 
     async def handle_request(self, request: Request) -> Response:
@@ -106,7 +110,7 @@ class NemoGymHandler(Router):
             and session_id in self.store
             and not any(name == "set-cookie" for name, _ in response.headers)
         ):
-            response.headers.append(("set-cookie", f"{COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Lax"))
+            response.headers.append(_set_cookie(session_id))
         return response
 
     def _session_id(self, request: Request) -> str:
