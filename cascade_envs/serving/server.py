@@ -15,6 +15,9 @@ from .auth import check_access
 from .protocols import ServeContext, protocol_factory
 from .sessions import MAX_SESSIONS, REQUEST_DEADLINE_S, SESSION_TTL_S, SessionStore
 
+CLOSE_WAIT_S = 5.0
+"""On shutdown, how long open connections may take to finish."""
+
 
 @dataclass
 class Served:
@@ -29,7 +32,8 @@ class Served:
 
     async def aclose(self, close_env: bool = True) -> None:
         self.server.close()
-        await self.server.wait_closed()
+        with contextlib.suppress(TimeoutError):  # 3.12+ waits for keep-alive connections too
+            await asyncio.wait_for(self.server.wait_closed(), CLOSE_WAIT_S)
         if hasattr(self.handler, "aclose"):
             await self.handler.aclose()
         await self.store.aclose()
