@@ -18,6 +18,7 @@ Group-scored envs (GenRM) are refused: OpenEnv scores each episode alone. MCP (`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -48,6 +49,8 @@ from . import wire
 log = logging.getLogger("cascade_envs.integrations.openenv")
 
 WS_PATH = "/ws"
+CAPACITY_LINGER_S = 5.0
+"""A connection refused for capacity waits this long for a first request to answer with the refusal."""
 
 
 def make_handler(ctx: ServeContext) -> OpenEnvHandler:
@@ -95,9 +98,13 @@ class OpenEnvHandler:
         """One connection, one session, until the client closes or drops the connection."""
         try:
             session = await self.store.create(protocol="openenv")
-        except Overloaded as exc:
+        except Overloaded as exc:  # said at once (as OpenEnv does) and to the first request, then closed
             full = {"active_sessions": len(self.store), "max_sessions": self.store.max_sessions}
-            await ws.send(json.dumps(wire.error(str(exc), wire.CAPACITY_REACHED, **full)))
+            refusal = json.dumps(wire.error(str(exc), wire.CAPACITY_REACHED, **full))
+            await ws.send(refusal)
+            with contextlib.suppress(TimeoutError):
+                if await asyncio.wait_for(ws.receive(), CAPACITY_LINGER_S) is not None:
+                    await ws.send(refusal)
             return
         session.state.update(episode_id=None, step_count=0, done=False, task_id=None)
         try:
@@ -112,6 +119,8 @@ class OpenEnvHandler:
                 except UnknownSession as exc:  # expired (idle past the store's ttl) or closed
                     await ws.send(json.dumps(wire.error(str(exc), wire.SESSION_ERROR)))
                     break
+                except BadRequest as exc:  # a task row the env refuses
+                    answer = wire.error(str(exc), wire.VALIDATION_ERROR)
                 except ServingError as exc:  # a deadline passed, a broken session
                     answer = wire.error(str(exc), wire.EXECUTION_ERROR, status=exc.status)
                 except Exception as exc:  # the env failed: the session goes on, as in OpenEnv
@@ -208,7 +217,11 @@ class OpenEnvHandler:
         return {"status": "healthy"}
 
     async def _schema(self, request: Request) -> dict[str, Any]:
-        return {"action": wire.ACTION_SCHEMA, "observation": wire.OBSERVATION_SCHEMA, "state": wire.STATE_SCHEMA}
+        return {
+            "action": wire.ACTION_SCHEMA,
+            "observation": wire.OBSERVATION_SCHEMA,
+            "state": wire.STATE_SCHEMA,
+        }
 
     async def _metadata(self, request: Request) -> dict[str, Any]:
         from ... import __version__
@@ -252,7 +265,9 @@ class OpenEnvHandler:
         if unknown:
             raise BadRequest(f"unknown step fields {unknown}")
         timeout = body.get("timeout_s")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+        ):
             raise BadRequest("'timeout_s' must be a positive number")
         async with self._one_off(timeout) as session:
             await self._reset(session, selector)

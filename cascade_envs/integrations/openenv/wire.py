@@ -103,7 +103,11 @@ def action_text(data: Any, tool_parser: str) -> str:
         raise WireError(f"this env reads tool calls with {tool_parser!r}: write them in 'message'")
     written = []
     for i, call in enumerate(calls):
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or set(call) - {"name", "arguments"}:
+        if (
+            not isinstance(call, dict)
+            or not isinstance(call.get("name"), str)
+            or set(call) - {"name", "arguments"}
+        ):
             raise WireError(f"tool_calls[{i}] must be an object with a string 'name' and 'arguments'")
         arguments = call.get("arguments", {})
         if isinstance(arguments, str):  # OpenAI's style: the arguments as a JSON string
