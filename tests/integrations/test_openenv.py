@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -383,3 +387,42 @@ def test_a_bearer_token_guards_the_websocket_upgrade():
                 assert json.loads(await ws.recv())["type"] == "observation"
 
         asyncio.run(scenario())
+
+
+def test_the_cli_serves_an_env_that_openenv_s_client_plays(tmp_path):
+    command = [sys.executable, "-m", "cascade_envs", "serve", "--protocol", "openenv", MCQA, "--port", "0"]
+    refused = subprocess.run([*command, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "--allow-remote" in refused.stderr + refused.stdout
+    process = subprocess.Popen(
+        [*command, "--max-sessions", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+", line)
+        assert url, line
+        with GenericEnvClient(base_url=url.group(0)).sync() as client:
+            first = client.reset(index=0)
+            row_answer = first.observation["messages"][-1]["content"]
+            assert first.done is False and row_answer
+            last = client.step({"message": "\\boxed{Z}"})
+            assert last.done is True and last.reward == 0.0
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+
+
+def test_closing_the_server_closes_open_sessions_with_1001():
+    server = BackgroundServer("openenv", cascade_envs.make(MCQA))
+
+    async def scenario() -> None:
+        async with ws_connect(server.url.replace("http://", "ws://") + "/ws") as ws:
+            await ws.send('{"type": "reset", "data": {"index": 0}}')
+            assert json.loads(await ws.recv())["type"] == "observation"
+            await asyncio.to_thread(server.close)
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        assert len(server.store) == 0
+
+    asyncio.run(scenario())

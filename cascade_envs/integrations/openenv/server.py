@@ -43,7 +43,7 @@ from ...serving import (
     UnknownSession,
     json_body,
 )
-from ...websocket import WebSocket, WebSocketRoute
+from ...websocket import GOING_AWAY, WebSocket, WebSocketRoute
 from . import wire
 
 log = logging.getLogger("cascade_envs.integrations.openenv")
@@ -75,6 +75,7 @@ class OpenEnvHandler:
         self.route = WebSocketRoute(self._serve_socket, int(max_message * (1 << 20)), ctx.store.ttl_s)
         self._rng = np.random.default_rng()
         self._by_id: dict[str, int] | None = None
+        self._sockets: set[WebSocket] = set()
         self.router = Router()
         for method, path, route in (
             ("GET", "/health", self._health),
@@ -92,6 +93,10 @@ class OpenEnvHandler:
     def websocket_route(self, path: str) -> WebSocketRoute | None:
         return self.route if path == WS_PATH else None
 
+    async def aclose(self) -> None:
+        """Close every open WebSocket (1001) so their sessions end before the store closes."""
+        await asyncio.gather(*(ws.close(GOING_AWAY, "server shutting down") for ws in list(self._sockets)))
+
     # ----- WebSocket sessions -------------------------------------------------------------------
 
     async def _serve_socket(self, ws: WebSocket) -> None:
@@ -107,6 +112,7 @@ class OpenEnvHandler:
                     await ws.send(refusal)
             return
         session.state.update(episode_id=None, step_count=0, done=False, task_id=None)
+        self._sockets.add(ws)
         try:
             while (raw := await ws.receive()) is not None:
                 try:
@@ -128,6 +134,7 @@ class OpenEnvHandler:
                     answer = wire.error(f"{type(exc).__name__}: {exc}", wire.EXECUTION_ERROR)
                 await ws.send(json.dumps(answer))
         finally:
+            self._sockets.discard(ws)
             await self.store.close(session.id)
 
     async def _answer(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
