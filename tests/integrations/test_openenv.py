@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 from openenv.core.generic_client import GenericEnvClient
 from websockets.asyncio.client import connect as ws_connect
@@ -31,7 +32,7 @@ from cascade_envs import Env, Reward
 from cascade_envs.integrations.openenv.client import CascadeAction, CascadeEnvClient, CascadeToolCall
 from cascade_envs.serving.server import BackgroundServer
 from tests.envs.workplace.replies import final_reply
-from tests.toy_envs import BrokenVerifierEnv, LongestWinsEnv
+from tests.toy_envs import BrokenVerifierEnv, ExactAnswerEnv, LongestWinsEnv
 
 MCQA, IF, WORKPLACE = "cascade/MCQA-v0", "cascade/InstructionFollowing-v0", "cascade/Workplace-v0"
 
@@ -327,6 +328,33 @@ def test_bad_input_over_the_websocket_gets_clear_errors_and_the_session_goes_on(
         asyncio.run(scenario())
 
 
+class SlowEnv(ExactAnswerEnv):
+    """Scores after 2 s: past a short request deadline."""
+
+    async def ascore(self, task: Any, answer: str) -> Reward:
+        await asyncio.sleep(2.0)
+        return await super().ascore(task, answer)
+
+
+def test_a_step_past_the_request_deadline_ends_the_session_with_an_error():
+    env = SlowEnv(tasks=[{"prompt": "2+2?", "answer": "4"}])
+    with BackgroundServer("openenv", env, request_deadline_s=0.3) as server:
+
+        async def scenario() -> None:
+            client = GenericEnvClient(base_url=server.url)
+            await client.reset(index=0)
+            with pytest.raises(
+                RuntimeError, match=r"did not finish within 0.3 s.*connect again.*SESSION_ERROR"
+            ):
+                await client.step({"message": "4"})
+            await asyncio.to_thread(wait_until, lambda: len(server.store) == 0)
+            await client.close()
+            async with GenericEnvClient(base_url=server.url) as again:  # a new connection works
+                assert (await again.reset(index=0)).done is False
+
+        asyncio.run(scenario())
+
+
 def test_idle_sessions_expire_and_their_connections_close():
     env = cascade_envs.make(MCQA)
     with BackgroundServer("openenv", env, ttl_s=0.5) as server:
@@ -354,10 +382,21 @@ def test_http_routes_schema_and_stateless_reset_and_step(servers, direct):
         assert http.get("/state").json()["step_count"] == 0
         reset = http.post("/reset", json={"index": 2}).json()
         assert set(reset) == {"observation", "reward", "done"} and reset["done"] is False
+        observation = {**reset["observation"], "reward": reset["reward"], "done": reset["done"]}
+        jsonschema.validate(observation, schema["observation"])  # what we send fits what we advertise
+        jsonschema.validate(http.get("/state").json(), schema["state"])
+        jsonschema.validate(
+            {"message": "hi", "tool_calls": [{"name": "f", "arguments": {}}]}, schema["action"]
+        )
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"text": "hi"}, schema["action"])
         env = direct[MCQA]
         row = env.tasks[2].row
         for reply in (f"\\boxed{{{row['expected_answer']}}}", "\\boxed{Q}"):
             step = http.post("/step", json={"action": {"message": reply}, "index": 2}).json()
+            jsonschema.validate(
+                {**step["observation"], "reward": step["reward"], "done": True}, schema["observation"]
+            )
             _, reward = asyncio.run(direct_episode(env, row, [reply]))
             same_reward(step["reward"], step["observation"]["reward_info"], reward)
         assert http.post("/step", json={"action": {"message": "A"}}).status_code == 400  # which task?

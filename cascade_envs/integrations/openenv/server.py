@@ -35,6 +35,7 @@ from ...http_server import MAX_BODY_MB, Request
 from ...serving import (
     BadRequest,
     Conflict,
+    DeadlineExceeded,
     Overloaded,
     Router,
     ServeContext,
@@ -127,7 +128,11 @@ class OpenEnvHandler:
                     break
                 except BadRequest as exc:  # a task row the env refuses
                     answer = wire.error(str(exc), wire.VALIDATION_ERROR)
-                except ServingError as exc:  # a deadline passed, a broken session
+                except (DeadlineExceeded, Conflict) as exc:  # the episode may be half-advanced: start over
+                    gone = f"{exc}; the session is closed: connect again"
+                    await ws.send(json.dumps(wire.error(gone, wire.SESSION_ERROR, status=exc.status)))
+                    break
+                except ServingError as exc:
                     answer = wire.error(str(exc), wire.EXECUTION_ERROR, status=exc.status)
                 except Exception as exc:  # the env failed: the session goes on, as in OpenEnv
                     log.exception("openenv %s failed", message.get("type"))
