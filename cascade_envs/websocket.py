@@ -6,8 +6,8 @@ the connection here: the handshake is answered (101, or 400 for a malformed one,
 no compression), then ``route.handler(ws)`` runs for the life of the connection and the TCP
 connection is closed when it returns. The limits:
 
-- a message over ``route.max_message_bytes`` (text counted in characters) closes the connection with 1009 as soon as its
-  received part passes the limit (so a huge frame is never held whole);
+- a message over ``route.max_message_bytes`` (text counted in characters) closes the connection
+  with 1009 as soon as its received part passes the limit (so a huge frame is never held whole);
 - ``ws.receive()`` gives up after ``route.idle_timeout_s`` without a message (pings do not count)
   and closes with 1001;
 - pings are answered at once by a reader task, also while the handler is busy;
