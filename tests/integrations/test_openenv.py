@@ -465,3 +465,29 @@ def test_closing_the_server_closes_open_sessions_with_1001():
         assert len(server.store) == 0
 
     asyncio.run(scenario())
+
+
+def test_many_connections_never_closed_stay_capped_and_expire():
+    env = cascade_envs.make(MCQA)
+    with BackgroundServer("openenv", env, max_sessions=8, ttl_s=1.0) as server:
+        url = server.url.replace("http://", "ws://") + "/ws"
+
+        async def scenario() -> None:
+            sockets = [await ws_connect(url) for _ in range(60)]  # opened, never closed by the client
+            try:
+                await asyncio.to_thread(wait_until, lambda: len(server.store) == 8)
+                refused = 0
+                for ws in sockets[8:]:
+                    answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                    refused += answer["data"]["code"] == "CAPACITY_REACHED"
+                assert refused == 52 and len(server.store) == 8
+                for ws in sockets:  # within about the 1 s ttl, every connection is closed by the server
+                    with pytest.raises(ConnectionClosed):
+                        while True:
+                            await asyncio.wait_for(ws.recv(), 15)
+                assert len(server.store) == 0
+            finally:
+                for ws in sockets:
+                    await ws.close()
+
+        asyncio.run(scenario())
