@@ -25,6 +25,7 @@ EXTRA_OF_MODULE = {
     "xmltodict": "verifiers",
     "docker": "swe",
     "openhands": "swe",
+    "nemo_gym": "nemo-gym",
 }
 
 
