@@ -21,7 +21,8 @@ requests. The layer itself answers:
 
 After an answer sent before the whole request arrived (413, 408) the server stops writing, reads and
 drops what the client still sends for up to ``LINGER_S`` and then closes, so the client reads the
-answer rather than a connection reset. Used by ``cascade-envs serve-sandbox`` and ``serve-judge``.
+answer rather than a connection reset. A handler with ``websocket_route(path)`` also serves
+WebSockets (``cascade_envs.websocket``). Used by ``cascade-envs serve-sandbox`` and ``serve-judge``.
 """
 
 from __future__ import annotations
@@ -169,6 +170,16 @@ def _content_length(request: h11.Request) -> int | None:
     return None
 
 
+def _websocket_route(handler: Handler | RequestHandler, request: h11.Request) -> Any:
+    """The handler's ``WebSocketRoute`` for an upgrade request to a path it serves WebSockets on, else None."""
+    routes = getattr(handler, "websocket_route", None)
+    if routes is None or not any(
+        name == b"upgrade" and value.strip().lower() == b"websocket" for name, value in request.headers
+    ):
+        return None
+    return routes(request.target.decode("latin-1").split("?", 1)[0])
+
+
 Answer = tuple[int, bytes, list[tuple[str, str]]]
 
 
@@ -250,6 +261,11 @@ async def _serve_connection(
                         chunks.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     assert request is not None
+                    if (route := _websocket_route(handler, request)) is not None:
+                        from .websocket import serve_upgraded  # needs wsproto: imported on first use
+
+                        await serve_upgraded(route, conn, request, reader, writer)
+                        return
                     answer = await _call(handler, request, b"".join(chunks))
             early = conn.their_state is not h11.DONE  # answered before the whole request arrived
             await _respond(conn, writer, *answer, close=early)

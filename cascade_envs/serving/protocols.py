@@ -18,10 +18,11 @@ from .sessions import SessionStore
 
 PROTOCOLS: dict[str, str] = {
     "nemo-gym": "cascade_envs.integrations.nemo_gym.server:make_handler",
+    "openenv": "cascade_envs.integrations.openenv.server:make_handler",
 }
 """Protocol name -> ``"module:factory"``; another protocol adds one line here."""
 
-EXTRAS: dict[str, str] = {"nemo-gym": "nemo-gym"}
+EXTRAS: dict[str, str] = {"nemo-gym": "nemo-gym", "openenv": "openenv"}
 """Protocol name -> the extra whose install the error names when its module does not import."""
 
 
