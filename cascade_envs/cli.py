@@ -1,4 +1,4 @@
-"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox, serve-judge, filter, build-image.
+"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox, serve-judge, filter, build-image, export.
 
 Every failure the user can fix is one line on stderr and a non-zero exit code; set
 ``CASCADE_ENVS_DEBUG=1`` for a traceback.
@@ -346,6 +346,25 @@ def cmd_build_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """An env's rows in a trainer's dataset format (``--format verl``: parquet)."""
+    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else None
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise CascadeError("--env-kwargs must be a JSON object")
+    from .integrations.verl.export import export_verl
+
+    count = export_verl(
+        args.env_id,
+        args.output,
+        tasks=args.tasks,
+        env_kwargs=env_kwargs,
+        limit=args.limit,
+        agent_name=args.agent_name,
+    )
+    print(f"wrote {count} {args.env_id} rows to {args.output} ({args.format})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cascade-envs", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -525,6 +544,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--docker-host", metavar="URL", help="the daemon (default $DOCKER_HOST or the local socket)"
     )
     p.set_defaults(fn=cmd_build_image)
+
+    p = sub.add_parser("export", help="write an env's rows as a trainer's dataset (verl parquet)")
+    p.add_argument("env_id", metavar="ID")
+    p.add_argument(
+        "--format", required=True, choices=("verl",), help="verl: parquet rows for verl's RL dataset"
+    )
+    p.add_argument("-o", "--output", required=True, metavar="PATH", help="the file to write")
+    p.add_argument("--tasks", metavar="PATH", help="task file (default: the env's own)")
+    p.add_argument("--limit", type=int, help="at most this many rows")
+    p.add_argument("--env-kwargs", metavar="JSON", help="env constructor arguments as a JSON object")
+    p.add_argument(
+        "--agent-name", default="cascade", help="verl agent loop of the rows (default %(default)s)"
+    )
+    p.set_defaults(fn=cmd_export)
     return parser
 
 
