@@ -14,6 +14,7 @@ import json
 import math
 import os
 from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ from verl.workers.rollout.replica import TokenOutput
 from cascade_envs import Env, Reward, register
 from cascade_envs.envs.genrm.conformance import rubric_reply
 from cascade_envs.integrations.verl.export import export_verl, verl_rows
-from cascade_envs.integrations.verl.manager import score_groups
+from cascade_envs.integrations.verl.manager import CascadeAgentLoopManager
 from cascade_envs.integrations.verl.scoring import compute_score
 from cascade_envs.testing import ScriptedJudge
 from tests.envs.workplace.replies import final_reply
@@ -434,24 +435,29 @@ def test_genrm_groups_are_scored_together_through_verls_batch_reward_manager(tok
     assert math.isnan(alone["score"]) and alone["cascade_masked"]
 
 
+class _WorkerHandle:
+    """What ``ray.remote(AgentLoopWorker)`` gives verl's manager: ``generate_sequences.remote`` is awaitable."""
+
+    def __init__(self, worker: AgentLoopWorker) -> None:
+        self.generate_sequences = SimpleNamespace(remote=worker.generate_sequences)
+
+
 def test_genrm_groups_are_scored_by_the_manager_after_verls_rollout(tok: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("CASCADE_ENVS_JUDGE_URL", "http://127.0.0.1:9/v1")  # the loop never calls it
     row = genrm_row()
     server = ScriptedServer(tok, lambda ids: ANSWERS[len(server.calls) - 1])
-    config = verl_config(
-        agent_loop_manager_class="cascade_envs.integrations.verl.manager.CascadeAgentLoopManager"
-    )
-    inputs = verl_batch([row], n=4)
-    out = rollout(verl_worker(config, server, tok), inputs)
-    assert all(math.isnan(out.batch["rm_scores"][i].sum().item()) for i in range(4))  # not scored yet
+    config = verl_config(agent_loop_manager_class=f"{__name__}.JudgedManager")
 
-    async def score() -> int:
-        from cascade_envs import EnvSet
+    class JudgedManager(CascadeAgentLoopManager):
+        """The manager with the GenRM env's judge (a subclass, as a user sets env kwargs)."""
 
-        async with EnvSet({GENRM: {"judge_url": ScriptedJudge(rubric_reply)}}) as envs:
-            return await score_groups(out, inputs, envs)
+    JudgedManager.env_kwargs = {GENRM: {"judge_url": ScriptedJudge(rubric_reply)}}
+    globals()["JudgedManager"] = JudgedManager  # the loop checks the configured class by its name
+    manager = JudgedManager.__new__(JudgedManager)  # verl's __init__ would start Ray actors
+    manager.config, manager.rollout_config = config, config.actor_rollout_ref.rollout
+    manager.agent_loop_workers = [_WorkerHandle(verl_worker(config, server, tok))]
+    out = manager.generate_sequences(verl_batch([row], n=4))  # verl's own, sync, as its trainer calls it
 
-    assert asyncio.run(score()) == 4
     answers = [str(a) for a in out.non_tensor_batch["cascade_answer"]]
     assert sorted(answers) == sorted(ANSWERS)
 
@@ -466,6 +472,8 @@ def test_genrm_groups_are_scored_by_the_manager_after_verls_rollout(tok: Any, mo
 
     expected = [r.value for r in asyncio.run(ours())]
     assert [out.batch["rm_scores"][i].sum().item() for i in range(4)] == pytest.approx(expected)
+    assert len(set(expected)) > 1 and not any(out.non_tensor_batch["cascade_masked"])
+    assert "agent_loop/generate_sequences/max" in out.meta_info["timing"]
 
 
 def test_a_genrm_row_without_the_manager_fails_loudly(tok: Any, monkeypatch: Any) -> None:
@@ -523,3 +531,61 @@ def test_export_writes_the_workplace_tools_into_the_prompt(tmp_path: Any) -> Non
     assert [r["data_source"] for r in rows] == [WORKPLACE] * 2
     assert rows[0]["prompt"][0]["role"] == "system" and "<tools>" in rows[0]["prompt"][0]["content"]
     assert rows[0]["agent_name"] == "cascade" and rows[0]["extra_info"]["index"] == 0
+
+
+# ----- bad input ------------------------------------------------------------------------------------
+
+
+class AbortingServer(ScriptedServer):
+    """Aborts every request (verl's ``stop_reason="aborted"``), or answers ids outside the vocabulary."""
+
+    def __init__(self, tok: Any, garbage: bool = False) -> None:
+        super().__init__(tok, lambda ids: "")
+        self.garbage = garbage
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], **kwargs: Any) -> TokenOutput:
+        self.calls.append((list(prompt_ids), {}))
+        if self.garbage:
+            return TokenOutput(token_ids=[10**9, -5], log_probs=[0.0, 0.0], stop_reason="completed")
+        return TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted")
+
+
+def test_bad_rows_and_a_failing_server_are_masked_with_their_reason(tok: Any) -> None:
+    good = verl_rows("cascade/MCQA-v0", limit=1)[0]
+    broken = [
+        {**good, "extra_info": {"task_json": "{not json"}},
+        {**good, "extra_info": {"index": 0}},
+        {**good, "data_source": "nobody/Missing-v0", "extra_info": {"task_json": "{}"}},
+        {**good, "extra_info": {"task_json": json.dumps({"no": "prompt"})}},
+    ]
+    server = ScriptedServer(tok, lambda ids: "\\boxed{B}")
+    out = rollout(verl_worker(verl_config(), server, tok), verl_batch([*broken, good]))
+    reasons = [str(r) for r in out.non_tensor_batch["cascade_reason"]]
+    assert list(out.non_tensor_batch["cascade_masked"]) == [True] * 4 + [False]
+    for i, needle in enumerate(["not JSON", "task_json is missing", "nobody/Missing-v0", "prompt"]):
+        assert needle in reasons[i], reasons[i]
+        assert out.batch["response_mask"][i].sum() == 0 and out.batch["rm_scores"][i].sum() == 0.0
+    assert out.batch["rm_scores"][4].sum() == 1.0 and len(server.calls) == 1
+
+    for server in (AbortingServer(tok), AbortingServer(tok, garbage=True)):
+        out = rollout(verl_worker(verl_config(), server, tok), verl_batch([good]))
+        assert out.non_tensor_batch["cascade_masked"][0] and out.batch["response_mask"][0].sum() == 0
+        assert len(server.calls) == 1
+    assert "aborted" in str(
+        rollout(verl_worker(verl_config(), AbortingServer(tok), tok), verl_batch([good])).non_tensor_batch[
+            "cascade_reason"
+        ][0]
+    )
+
+
+def test_an_episode_past_its_deadline_ends_truncated_not_hung(tok: Any) -> None:
+    class SlowServer(ScriptedServer):
+        async def generate(self, request_id: str, **kwargs: Any) -> TokenOutput:
+            await asyncio.sleep(30)
+            raise AssertionError("the deadline should have ended the episode")
+
+    _agent_loop_registry["cascade-quick"] = {**_agent_loop_registry["cascade"], "episode_timeout_s": 0.3}
+    row = {**verl_rows("cascade/MCQA-v0", limit=1)[0], "agent_name": "cascade-quick"}
+    out = rollout(verl_worker(verl_config(), SlowServer(tok, str), tok), verl_batch([row]))
+    assert "deadline of 0.3 s" in str(out.non_tensor_batch["cascade_reason"][0])
+    assert not out.non_tensor_batch["cascade_masked"][0] and out.batch["rm_scores"][0].sum() == 0.0
