@@ -589,3 +589,15 @@ def test_an_episode_past_its_deadline_ends_truncated_not_hung(tok: Any) -> None:
     out = rollout(verl_worker(verl_config(), SlowServer(tok, str), tok), verl_batch([row]))
     assert "deadline of 0.3 s" in str(out.non_tensor_batch["cascade_reason"][0])
     assert not out.non_tensor_batch["cascade_masked"][0] and out.batch["rm_scores"][0].sum() == 0.0
+
+
+def test_a_server_without_logprobs_gives_none(tok: Any) -> None:
+    class NoLogprobs(ScriptedServer):
+        async def generate(self, request_id: str, **kwargs: Any) -> TokenOutput:
+            out = await super().generate(request_id, **kwargs)
+            return TokenOutput(token_ids=out.token_ids, log_probs=None, stop_reason="completed")
+
+    server = NoLogprobs(tok, lambda ids: "\\boxed{B}")
+    out = rollout(verl_worker(verl_config(), server, tok), verl_batch(verl_rows("cascade/MCQA-v0", limit=1)))
+    assert "rollout_log_probs" not in list(out.batch.keys()) and out.batch["rm_scores"][0].sum() == 1.0
+    assert out.batch["response_mask"][0].sum() == len(server.sent[0])
