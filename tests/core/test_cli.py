@@ -6,7 +6,17 @@ import pytest
 
 from cascade_envs.cli import build_parser, main
 
-COMMANDS = ["build-image", "list", "info", "eval", "train", "serve-sandbox", "serve-judge", "filter"]
+COMMANDS = [
+    "build-image",
+    "list",
+    "info",
+    "eval",
+    "train",
+    "serve-sandbox",
+    "serve-judge",
+    "filter",
+    "export",
+]
 
 
 @pytest.mark.parametrize("command", [[], *[[c] for c in COMMANDS]])
