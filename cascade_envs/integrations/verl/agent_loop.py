@@ -119,7 +119,8 @@ class CascadeAgentLoop(AgentLoopBase):
             try:
                 episode = await env.astart(env.load(row))
                 tokens = _Tokens(await self._first_prompt(episode))
-                await self._play_within_deadline(env, episode, tokens, trajectory, sampling_params, timing)
+                params = {"sampling_params": sampling_params, "priority": int(kwargs.get("priority", 0))}
+                await self._play_within_deadline(env, episode, tokens, trajectory, params, timing)
                 if not env.scores_groups:
                     reward = (await env.ascore_episodes([episode]))[0]
             except Exception as exc:
@@ -170,10 +171,12 @@ class CascadeAgentLoop(AgentLoopBase):
         episode: Episode,
         tokens: _Tokens,
         trajectory: Trajectory,
-        sampling_params: dict[str, Any],
+        params: dict[str, Any],
         timing: dict[str, float],
     ) -> None:
+        """Model turns and env answers until the episode ends; ``params``: verl's sampling params and priority."""
         request_id = uuid4().hex  # one per episode: verl keeps its turns on one server
+        sampling_params, priority = params["sampling_params"], params["priority"]
         while not episode.done:
             budget = self.response_length - tokens.response_len
             if budget < 1:
@@ -186,6 +189,7 @@ class CascadeAgentLoop(AgentLoopBase):
                 request_id=request_id,
                 prompt_ids=list(tokens.ids),
                 sampling_params={**sampling_params, "max_tokens": budget},
+                priority=priority,
             )
             timing["generate_sequences"] += time.perf_counter() - started
             if out.stop_reason == "aborted":
