@@ -601,3 +601,20 @@ def test_a_server_without_logprobs_gives_none(tok: Any) -> None:
     out = rollout(verl_worker(verl_config(), server, tok), verl_batch(verl_rows("cascade/MCQA-v0", limit=1)))
     assert "rollout_log_probs" not in list(out.batch.keys()) and out.batch["rm_scores"][0].sum() == 1.0
     assert out.batch["response_mask"][0].sum() == len(server.sent[0])
+
+
+def test_a_non_thinking_env_gets_the_empty_think_block_after_every_generation_prompt(tok: Any) -> None:
+    _agent_loop_registry["cascade-nothink"] = {
+        **_agent_loop_registry["cascade"],
+        "env_kwargs": {WORKPLACE: {"thinking": False, "max_turns": 3}},
+        "model_family": "qwen",
+    }
+    row = {**verl_rows(WORKPLACE, limit=1)[0], "agent_name": "cascade-nothink"}
+    call = '<tool_call>{"name": "email_search_emails", "arguments": {"query": "x"}}</tool_call>'
+    server = ScriptedServer(tok, lambda ids: call if len(server.calls) < 3 else "Done.")
+    out = rollout(verl_worker(verl_config(), server, tok), verl_batch([row]))
+    assert len(server.calls) == 3
+    for prompt_ids, _ in server.calls:
+        assert tok.decode(prompt_ids).endswith("<|im_start|>assistant\n<think></think>")
+    _, response, mask, _ = unpad(out, 0)
+    assert [t for t, m in zip(response, mask, strict=True) if m] == [t for ids in server.sent for t in ids]
