@@ -618,3 +618,45 @@ def test_a_non_thinking_env_gets_the_empty_think_block_after_every_generation_pr
         assert tok.decode(prompt_ids).endswith("<|im_start|>assistant\n<think></think>")
     _, response, mask, _ = unpad(out, 0)
     assert [t for t, m in zip(response, mask, strict=True) if m] == [t for ids in server.sent for t in ids]
+
+
+def test_compute_score_through_verls_reward_loop_naive_manager(tok: Any) -> None:
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    config = OmegaConf.create(
+        {
+            "reward": {
+                "custom_reward_function": {
+                    "path": "pkg://cascade_envs.integrations.verl.scoring",  # as the README says
+                    "name": "compute_score",
+                    "reward_kwargs": {},
+                }
+            }
+        }
+    )
+    manager = NaiveRewardManager(config, tok, get_custom_reward_fn(config))
+    (row,) = verl_rows("cascade/MCQA-v0", limit=1)
+    answer = json.loads(row["extra_info"]["task_json"])["expected_answer"]
+
+    def score(text: str, extra_info: dict[str, Any]) -> dict[str, Any]:
+        ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+        data = DataProto.from_dict(
+            tensors={
+                "prompts": torch.ones(1, 2, dtype=torch.int64),
+                "responses": ids,
+                "attention_mask": torch.ones(1, 2 + ids.shape[1], dtype=torch.int64),
+            },
+            non_tensors={
+                "data_source": np.array([row["data_source"]], dtype=object),
+                "reward_model": np.array([row["reward_model"]], dtype=object),
+                "extra_info": np.array([dict(extra_info)], dtype=object),
+            },
+        )
+        return manager.loop.run_until_complete(manager.run_single(data))  # verl binds it to its loop
+
+    right = score(f"<think>Nitrogen.</think>\\boxed{{{answer}}}", row["extra_info"])
+    assert right["reward_score"] == 1.0 and right["reward_extra_info"]["cascade_masked"] is False
+    assert score("\\boxed{Z}", row["extra_info"])["reward_score"] == 0.0
+    broken = score("\\boxed{B}", {"task_json": "{"})
+    assert math.isnan(broken["reward_score"]) and broken["reward_extra_info"]["cascade_masked"]

@@ -8,8 +8,9 @@ verl calls a custom reward function in two ways, and this one answers both:
   ``BatchRewardManager``): responses to the same task are one group, so a group-scored env (GenRM)
   compares all G of them together.
 
-Set it with ``reward.custom_reward_function.path=<this file>`` and ``.name=compute_score``; env
-constructor arguments go in ``reward_kwargs.env_kwargs`` (``{env_id: {...}}``). The row comes from
+Set it with ``reward.custom_reward_function.path=pkg://cascade_envs.integrations.verl.scoring`` (a
+file path would load it outside its package) and ``.name=compute_score``; env constructor arguments
+go in ``reward_kwargs.env_kwargs`` (``{env_id: {...}}``). The row comes from
 ``extra_info.task_json`` (``export_verl``). Each result is ``{"score", "cascade_masked",
 "cascade_reason"}``; a masked reward scores NaN, never 0 (see the package docstring).
 """
