@@ -603,12 +603,21 @@ def test_a_server_without_logprobs_gives_none(tok: Any) -> None:
     assert out.batch["response_mask"][0].sum() == len(server.sent[0])
 
 
-def test_a_non_thinking_env_gets_the_empty_think_block_after_every_generation_prompt(tok: Any) -> None:
-    _agent_loop_registry["cascade-nothink"] = {
-        **_agent_loop_registry["cascade"],
-        "env_kwargs": {WORKPLACE: {"thinking": False, "max_turns": 3}},
-        "model_family": "qwen",
-    }
+AGENT_LOOPS_YAML = """
+- name: cascade-nothink
+  _target_: cascade_envs.integrations.verl.agent_loop.CascadeAgentLoop
+  env_kwargs: {cascade/Workplace-v0: {thinking: false, max_turns: 3}}
+  model_family: qwen
+"""
+
+
+def test_a_non_thinking_env_gets_the_empty_think_block_after_every_generation_prompt(
+    tok: Any, tmp_path: Any
+) -> None:
+    path = tmp_path / "agent_loops.yaml"  # the README's agent_loop_config_path file, read as verl reads it
+    path.write_text(AGENT_LOOPS_YAML)
+    for entry in OmegaConf.load(path):
+        _agent_loop_registry[entry.name] = entry
     row = {**verl_rows(WORKPLACE, limit=1)[0], "agent_name": "cascade-nothink"}
     call = '<tool_call>{"name": "email_search_emails", "arguments": {"query": "x"}}</tool_call>'
     server = ScriptedServer(tok, lambda ids: call if len(server.calls) < 3 else "Done.")
