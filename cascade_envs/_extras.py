@@ -23,6 +23,8 @@ EXTRA_OF_MODULE = {
     "emoji": "verifiers",
     "textblob": "verifiers",
     "xmltodict": "verifiers",
+    "verl": "verl",
+    "omegaconf": "verl",
     "docker": "swe",
     "openhands": "swe",
     "nemo_gym": "nemo-gym",

@@ -285,6 +285,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         tasks=args.tasks,
         limit=args.limit,
         env_kwargs=_json_object(args.env_kwargs, "--env-kwargs"),
+        agent_name=args.agent_name,
     )
     print(f"wrote {count} rows of {args.env_id} to {args.output} ({args.format})")
     return 0
@@ -540,6 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", metavar="PATH", help="task file (default: the env's own)")
     p.add_argument("--limit", type=int, help="at most this many rows")
     p.add_argument("--env-kwargs", metavar="JSON", help="env constructor arguments as a JSON object")
+    p.add_argument(
+        "--agent-name", help="the agent the rows name (default: the format's: verl 'cascade', nemo-gym 'cascade_agent')"
+    )
     p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("serve-sandbox", help="run the code-verification HTTP service")
@@ -650,6 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--docker-host", metavar="URL", help="the daemon (default $DOCKER_HOST or the local socket)"
     )
     p.set_defaults(fn=cmd_build_image)
+
     return parser
 
 

@@ -1,8 +1,9 @@
 """``cascade-envs export --format NAME ENV_ID -o PATH``: an env's rows in a trainer's data format.
 
 ``FORMATS``: format name -> ``"module:function"`` (imported only when used); a function takes
-``(env, env_id, rows, output)`` (``rows``: the env's loaded tasks, ``Loaded`` items) and returns the
-number of rows written. Adding a format is one line there.
+``(env, env_id, rows, output, agent_name=None)`` (``rows``: the env's loaded tasks, ``Loaded`` items;
+``agent_name``: the agent the rows name, ``None`` for the format's default) and returns the number of
+rows written. Adding a format is one line there.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .core import CascadeError
 
 FORMATS: dict[str, str] = {
     "nemo-gym": "cascade_envs.integrations.nemo_gym.export:write_rows",
+    "verl": "cascade_envs.integrations.verl.export:write_rows",
 }
 
 
@@ -29,6 +31,7 @@ def export(
     tasks: str | None = None,
     limit: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    agent_name: str | None = None,
 ) -> int:
     """Write ``env_id``'s rows (its own task file, or ``tasks``; at most ``limit``) to ``output`` as ``fmt``."""
     if fmt not in FORMATS:
@@ -48,6 +51,6 @@ def export(
         rows = list(itertools.islice(iter(source), limit))
         path = Path(output)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return write(env, env_id, rows, path)
+        return write(env, env_id, rows, path, agent_name=agent_name)
     finally:
         env.close()

@@ -31,9 +31,12 @@ def gym_row(env: Env, env_id: str, loaded: Loaded[Any], agent_name: str = AGENT_
     }
 
 
-def write_rows(env: Env, env_id: str, rows: Sequence[Loaded[Any]], output: Path) -> int:
+def write_rows(
+    env: Env, env_id: str, rows: Sequence[Loaded[Any]], output: Path, agent_name: str | None = None
+) -> int:
     """Write ``rows`` to ``output`` as NeMo Gym JSONL (the ``export`` registry's function)."""
     with output.open("w", encoding="utf-8") as f:
         for loaded in rows:
-            f.write(json.dumps(gym_row(env, env_id, loaded), ensure_ascii=False, default=str) + "\n")
+            row = gym_row(env, env_id, loaded, agent_name or AGENT_NAME)
+            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
     return len(rows)
