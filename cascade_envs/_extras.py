@@ -24,6 +24,8 @@ EXTRA_OF_MODULE = {
     "textblob": "verifiers",
     "xmltodict": "verifiers",
     "docker": "swe",
+    "trl": "trl",
+    "datasets": "trl",
     "openhands": "swe",
 }
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..defaults import DEFAULT_MAX_TOKENS
 from ..policy import Policy, SamplingParams, render_chat_prompt
@@ -79,7 +79,9 @@ def _task_key(prompt: Any) -> str:
     first = prompt[0] if isinstance(prompt, list) and prompt else None
     key = first.get(TASK_KEY) if isinstance(first, dict) else None
     if not isinstance(key, str) or "#" not in key or not key.rpartition("#")[2].isdigit():
-        raise CascadeError(f"a prompt without its {TASK_KEY!r} key: train on spec.train_dataset (rollout mode)")
+        raise CascadeError(
+            f"a prompt without its {TASK_KEY!r} key: train on spec.train_dataset (rollout mode)"
+        )
     return key
 
 
@@ -135,7 +137,11 @@ def _row(spec: CascadeSpec, result: EpisodeResult, tokenizer: Any) -> TokenSeque
             loaded = task
             break
     messages = env.prompt(loaded.task) if loaded is not None else [{"role": "user", "content": ""}]
-    prompt = list(tokenizer(render_chat_prompt(tokenizer, messages, env.thinking), add_special_tokens=False)["input_ids"])
+    prompt = list(
+        tokenizer(render_chat_prompt(tokenizer, messages, env.thinking), add_special_tokens=False)[
+            "input_ids"
+        ]
+    )
     end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.pad_token_id
     return TokenSequence(prompt, [int(end)], [0], [0.0])
 
@@ -145,7 +151,7 @@ def _policy(spec: CascadeSpec, trainer: Any, tokenizer: Any, batch: int) -> Iter
     """The policy of one rollout call: ``spec.policy`` (kept), one it makes (closed), or the trainer's model."""
     given = spec.policy
     if given is not None and hasattr(given, "agenerate") and not isinstance(given, type):
-        yield given
+        yield cast(Policy, given)
         return
     if given is not None:
         made = given(trainer)

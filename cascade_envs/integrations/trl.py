@@ -36,7 +36,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .._extras import require
 
@@ -163,10 +163,17 @@ class CascadeSpec:
     def task(self, env_id: str, index: int) -> tuple[Env[Any], Loaded[Any]]:
         """The env and loaded task a row names (a ``CascadeError`` for a row this spec did not make)."""
         if env_id not in self.mix.weights:
-            raise CascadeError(f"{ENV_COLUMN}={env_id!r} is not an env of this spec ({', '.join(self.mix.ids)})")
+            raise CascadeError(
+                f"{ENV_COLUMN}={env_id!r} is not an env of this spec ({', '.join(self.mix.ids)})"
+            )
         env = self.envs[env_id]
         tasks = env.tasks
-        if tasks is None or isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(tasks):
+        if (
+            tasks is None
+            or isinstance(index, bool)
+            or not isinstance(index, int)
+            or not 0 <= index < len(tasks)
+        ):
             raise CascadeError(f"{INDEX_COLUMN}={index!r} is not a task of {env_id}")
         return env, tasks[index]
 
@@ -239,7 +246,11 @@ class CascadeReward:
         """Score a batch: runs of the same task are one group each, scored by its env."""
         n = len(completions)
         env_ids, indexes = columns.get(ENV_COLUMN), columns.get(INDEX_COLUMN)
-        if not isinstance(env_ids, list) or not isinstance(indexes, list) or not len(env_ids) == n == len(indexes):
+        if (
+            not isinstance(env_ids, list)
+            or not isinstance(indexes, list)
+            or not len(env_ids) == n == len(indexes)
+        ):
             raise CascadeError(
                 f"the batch has no {ENV_COLUMN}/{INDEX_COLUMN} columns: train on spec.train_dataset"
             )
@@ -308,13 +319,13 @@ def _as_mix(envs: EnvsArg, env_kwargs: Mapping[str, Mapping[str, Any]] | None, s
         return envs
     kwargs = {k: dict(v) for k, v in (env_kwargs or {}).items()}
     if isinstance(envs, (str, os.PathLike)) and str(envs).endswith((".yaml", ".yml")):
-        weights, file_kwargs = load_mix_file(envs)
+        weights, file_kwargs = load_mix_file(os.fspath(envs))
     elif isinstance(envs, Mapping):
         weights, file_kwargs = parse_mix(envs, source="envs")
     elif isinstance(envs, str):
         weights, file_kwargs = {envs: 1.0}, {}
     else:
-        weights, file_kwargs = {str(i): 1.0 for i in envs}, {}
+        weights, file_kwargs = {str(i): 1.0 for i in cast(Sequence[str], envs)}, {}
     merged = {i: {**file_kwargs.get(i, {}), **kwargs.get(i, {})} for i in weights}
     return EnvMix(weights, seed=seed, env_kwargs=merged)
 
@@ -348,7 +359,9 @@ class _LoopThread:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name="cascade-trl", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="cascade-trl", daemon=True
+                )
                 self._thread.start()
             loop = self._loop
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
