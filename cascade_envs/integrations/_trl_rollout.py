@@ -26,25 +26,58 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
+from ..data import Loaded
 from ..defaults import DEFAULT_MAX_TOKENS
+from ..env import Env
+from ..env_set import EnvSet
 from ..policy import Policy, SamplingParams, render_chat_prompt
 from ..rollout.runner import EpisodeResult, RolloutRunner
 from ..trajectory import TokenSequence
 
-if TYPE_CHECKING:
-    from .trl import CascadeSpec
+T = TypeVar("T")
+
+
+class CascadeSpec(Protocol):
+    """What the rollout needs of ``trl.CascadeSpec`` (named apart here: no import cycle)."""
+
+    envs: EnvSet
+    policy: Any
+    concurrency: int
+    episode_timeout_s: float | None
+    max_episode_tokens: int | None
+
+    def task(self, env_id: str, index: int) -> tuple[Env[Any], Loaded[Any]]: ...
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
 
 log = logging.getLogger("cascade_envs.integrations.trl")
 _warned: set[str] = set()
 
+ENV_COLUMN = "cascade_env"
+INDEX_COLUMN = "cascade_index"
+TASK_KEY = "cascade_task"
+"""Rollout mode: the key on a prompt's first message that names its task (``rollout_func`` sees only prompts)."""
+REWARD_FIELD = "cascade_reward"
+"""Rollout mode: the per-completion extra field that carries the episode's reward to ``reward_funcs``."""
+
+
+def runs(keys: Sequence[Any]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of equal consecutive keys: TRL's groups of one prompt."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            out.append((start, i))
+            start = i
+    return out
+
 
 def rollout(spec: CascadeSpec, prompts: list[Any], trainer: Any) -> dict[str, Any]:
     """TRL's ``rollout_func``: play the batch's episodes and return their token rows and rewards."""
-    from .trl import REWARD_FIELD, runs
-
     keys = [_task_key(prompt) for prompt in prompts]
     groups = []
     for start, end in runs(keys):
@@ -74,7 +107,6 @@ def rollout(spec: CascadeSpec, prompts: list[Any], trainer: Any) -> dict[str, An
 
 def _task_key(prompt: Any) -> str:
     from ..core import CascadeError
-    from .trl import TASK_KEY
 
     first = prompt[0] if isinstance(prompt, list) and prompt else None
     key = first.get(TASK_KEY) if isinstance(first, dict) else None

@@ -53,16 +53,13 @@ from ..env import Env  # noqa: E402
 from ..mix import EnvMix, load_mix_file, parse_mix  # noqa: E402
 from ..policies.decoding import end_token_ids  # noqa: E402
 from ..policy import Policy  # noqa: E402
+from ._trl_rollout import ENV_COLUMN, INDEX_COLUMN, REWARD_FIELD, TASK_KEY, rollout, runs  # noqa: E402
+
+__all__ = ["ENV_COLUMN", "INDEX_COLUMN", "REWARD_FIELD", "TASK_KEY", "CascadeReward", "CascadeSpec", "runs"]
 
 T = TypeVar("T")
 log = logging.getLogger("cascade_envs.integrations.trl")
 
-ENV_COLUMN = "cascade_env"
-INDEX_COLUMN = "cascade_index"
-TASK_KEY = "cascade_task"
-"""Rollout mode: the key on a prompt's first message that names its task (``rollout_func`` sees only prompts)."""
-REWARD_FIELD = "cascade_reward"
-"""Rollout mode: the per-completion extra field that carries the episode's reward to ``reward_funcs``."""
 EnvsArg = str | os.PathLike[str] | Sequence[str] | Mapping[str, Any] | EnvMix
 PolicyArg = Policy | Callable[[Any], Policy] | None
 
@@ -130,8 +127,6 @@ class CascadeSpec:
     def rollout_func(self) -> Callable[[list[Any], Any], dict[str, Any]] | None:
         if not self.rollout:
             return None
-        from ._trl_rollout import rollout
-
         return lambda prompts, trainer: rollout(self, prompts, trainer)
 
     @property
@@ -281,17 +276,6 @@ class CascadeReward:
         except Exception as exc:  # ascore_responses masks scorer errors; this guards the rest
             error = f"scoring raised {type(exc).__name__}: {exc}"
         return [Reward.failed(error)] * len(responses)
-
-
-def runs(keys: Sequence[Any]) -> list[tuple[int, int]]:
-    """``(start, end)`` of each run of equal consecutive keys: TRL's groups of one prompt."""
-    out: list[tuple[int, int]] = []
-    start = 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[start]:
-            out.append((start, i))
-            start = i
-    return out
 
 
 def _text(completion: Any) -> str:
