@@ -233,6 +233,14 @@ class CascadeReward:
             raise CascadeError(f"got {len(rewards)} rewards for {n} completions")
         if log_metric is not None and n:
             log_metric("cascade/masked_fraction", sum(r.masked for r in rewards) / n)
+            env_ids = columns.get(ENV_COLUMN)
+            if isinstance(env_ids, list) and len(env_ids) == n and len(set(env_ids)) > 1:
+                for env_id in sorted(set(env_ids)):  # a mix: each env's mean reward, masked ones left out
+                    values = [
+                        r.value for r, e in zip(rewards, env_ids, strict=True) if e == env_id and not r.masked
+                    ]
+                    if values:
+                        log_metric(f"cascade/{env_id}/reward", sum(values) / len(values))
         return [None if r.masked else r.value for r in rewards]
 
     def score(

@@ -398,6 +398,51 @@ def test_a_mix_dataset_is_sampled_by_weight_and_names_its_tasks():
             assert loaded.task_id == row["task_id"] and row["prompt"] == env.prompt(loaded.task)
 
 
+def test_a_mix_comes_from_a_yaml_file_or_an_env_mix(tmp_path):
+    path = tmp_path / "mix.yaml"
+    path.write_text("envs:\n  cascade/MCQA-v0: 1\n  cascade/InstructionFollowing-v0: {weight: 1}\n")
+    with CascadeSpec(path, num_rows=10) as spec:
+        assert len(spec.train_dataset) == 10 and set(spec.mix.ids) == {
+            "cascade/MCQA-v0",
+            "cascade/InstructionFollowing-v0",
+        }
+    mix = cascade_envs.EnvMix({"cascade/MCQA-v0": 1.0})
+    with CascadeSpec(mix) as spec:
+        assert spec.envs is mix.envs and len(spec.train_dataset) == len(mix.envs["cascade/MCQA-v0"].tasks)
+    assert mix.envs["cascade/MCQA-v0"].tasks is not None  # the spec left the mix's envs to their maker
+    mix.envs.close()
+    with pytest.raises(CascadeError, match="env_kwargs"):
+        CascadeSpec(cascade_envs.EnvMix({"cascade/MCQA-v0": 1.0}), env_kwargs={"cascade/MCQA-v0": {}})
+
+
+def test_rows_of_episodes_without_one_sequence(tok):
+    """A template that rewrites the history trains the last turn; an episode with no token ids, nothing."""
+    from cascade_envs.integrations._trl_rollout import _row
+    from cascade_envs.rollout.runner import EpisodeResult
+    from cascade_envs.trajectory import Trajectory, TurnRecord
+
+    with CascadeSpec("cascade/MCQA-v0", rollout=True) as spec:
+        loaded = spec.envs["cascade/MCQA-v0"].tasks[0]
+        broken = Trajectory(
+            [TurnRecord([1, 2], [3], [-0.1], "stop"), TurnRecord([9, 9, 9], [4, 5], [-0.2, -0.3], "stop")]
+        )
+        result = EpisodeResult(
+            "cascade/MCQA-v0", loaded.task_id, 0, 0, [], [], Reward(1.0), trajectory=broken
+        )
+        row = _row(spec, result, tok)
+        assert (row.prompt_ids, row.response_ids, row.loss_mask, row.logprobs) == (
+            [9, 9, 9],
+            [4, 5],
+            [1, 1],
+            [-0.2, -0.3],
+        )
+        failed = EpisodeResult("cascade/MCQA-v0", loaded.task_id, 0, 0, [], [], Reward.failed("policy down"))
+        row = _row(spec, failed, tok)
+        env = spec.envs["cascade/MCQA-v0"]
+        prompt = tok(render_chat_prompt(tok, env.prompt(loaded.task), env.thinking), add_special_tokens=False)
+        assert row.prompt_ids == prompt["input_ids"] and row.loss_mask == [0]
+
+
 def test_the_reward_function_maps_masked_to_none_and_groups_by_runs():
     with CascadeSpec("trltest/MasksFirst-v0", tokenizer=_FakeEnds()) as spec:
         texts = ["a", "bb", "ccc", "dddd", "eeeee", "f"]
@@ -409,6 +454,16 @@ def test_the_reward_function_maps_masked_to_none_and_groups_by_runs():
             cascade_index=[0, 0, 0, 1, 1, 1],
         )
         assert out == [None, 2.0, 3.0, None, 0.0, 1.0]
+        logged: list[tuple[str, float]] = []
+        spec.reward(
+            prompts=[[]] * 2,
+            completions=["a", "bb"],
+            completion_ids=[[7]] * 2,
+            cascade_env=["trltest/MasksFirst-v0"] * 2,
+            cascade_index=[0, 0],
+            log_metric=lambda name, value: logged.append((name, value)),
+        )
+        assert logged == [("cascade/masked_fraction", 0.5)]
         with pytest.raises(CascadeError, match="cascade_env/cascade_index"):
             spec.reward(prompts=[[]], completions=["x"], completion_ids=[[7]])
         with pytest.raises(CascadeError, match="not a task"):
