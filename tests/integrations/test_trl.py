@@ -500,3 +500,14 @@ def test_multi_turn_envs_need_rollout_mode_and_rollout_needs_the_task_key():
 def test_runs_are_consecutive_equal_keys():
     assert runs(["a", "a", "b", "b", "a"]) == [(0, 2), (2, 4), (4, 5)]
     assert runs([]) == []
+
+
+def test_importing_cascade_envs_imports_neither_trl_nor_datasets():
+    import subprocess
+    import sys
+
+    code = "import sys, cascade_envs; cascade_envs.make('cascade/MCQA-v0'); print(sorted({'trl', 'datasets'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
