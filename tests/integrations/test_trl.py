@@ -346,6 +346,7 @@ def test_a_twenty_turn_workplace_episode_trains_on_the_transcripts_tokens(tok, t
     assert sorted(transcripts) == [0.0, 1.0] and all(e.turns == 20 for e in episodes)
     for out, batch, (kwargs, returned) in zip(run.rollouts, run.batches, run.reward.calls, strict=True):
         assert sorted(returned) == [0.0, 1.0] and [r.value for r in kwargs[REWARD_FIELD]] == returned
+        assert kwargs["cascade_turns"] == [20, 20]
         for k in range(2):
             prompt, completion, mask = out["prompt_ids"][k], out["completion_ids"][k], out["env_mask"][k]
             trained = prompt + completion
