@@ -26,6 +26,8 @@ EXTRA_OF_MODULE = {
     "verl": "verl",
     "omegaconf": "verl",
     "docker": "swe",
+    "trl": "trl",
+    "datasets": "trl",
     "openhands": "swe",
     "nemo_gym": "nemo-gym",
 }
