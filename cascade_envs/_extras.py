@@ -23,8 +23,13 @@ EXTRA_OF_MODULE = {
     "emoji": "verifiers",
     "textblob": "verifiers",
     "xmltodict": "verifiers",
+    "verl": "verl",
+    "omegaconf": "verl",
     "docker": "swe",
+    "trl": "trl",
+    "datasets": "trl",
     "openhands": "swe",
+    "nemo_gym": "nemo-gym",
 }
 
 

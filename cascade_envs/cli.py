@@ -1,4 +1,4 @@
-"""The ``cascade-envs`` command: list, info, eval, train, serve-sandbox, serve-judge, filter, build-image.
+"""The ``cascade-envs`` command: list, info, eval, train, serve, export, serve-sandbox, serve-judge, filter, build-image.
 
 Every failure the user can fix is one line on stderr and a non-zero exit code; set
 ``CASCADE_ENVS_DEBUG=1`` for a traceback.
@@ -212,6 +212,8 @@ def cmd_serve_sandbox(args: argparse.Namespace) -> int:
         workers=args.workers,
         backend=args.backend,
         max_queue=args.max_queue,
+        token=args.token,
+        allow_remote=args.allow_remote,
         **{k: v for k, v in limits.items() if v is not None},  # None: the service's own default
     )
     return 0
@@ -231,9 +233,71 @@ def cmd_serve_judge(args: argparse.Namespace) -> int:
         args.port,
         args.model,
         allow_remote=args.allow_remote,
+        token=args.token,
         device=args.device,
         **{k: v for k, v in options.items() if v is not None},
     )  # None: the server's own default
+    return 0
+
+
+def _json_object(text: str | None, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise CascadeError(f"{flag} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CascadeError(f"{flag} must be a JSON object")
+    return value
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .http_server import Limits
+    from .serving.server import serve_env
+
+    env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    if args.tasks:
+        env_kwargs["tasks"] = args.tasks
+    options = _json_object(args.options, "--options")
+    limits = Limits(
+        **{
+            k: v
+            for k, v in {
+                "max_body_mb": args.max_body_mb,
+                "idle_timeout_s": args.idle_timeout,
+            }.items()
+            if v is not None
+        }
+    )
+    serve_env(
+        args.protocol,
+        args.env_id,
+        args.host,
+        args.port,
+        token=args.token,
+        allow_remote=args.allow_remote,
+        limits=limits,
+        max_sessions=args.max_sessions,
+        ttl_s=args.session_ttl,
+        request_deadline_s=args.request_deadline,
+        env_kwargs=env_kwargs,
+        options=options,
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export
+
+    count = export(
+        args.format,
+        args.env_id,
+        args.output,
+        tasks=args.tasks,
+        limit=args.limit,
+        env_kwargs=_json_object(args.env_kwargs, "--env-kwargs"),
+        agent_name=args.agent_name,
+    )
+    print(f"wrote {count} rows of {args.env_id} to {args.output} ({args.format})")
     return 0
 
 
@@ -296,6 +360,26 @@ def cmd_filter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_access_options(p: argparse.ArgumentParser, port: int, what: str) -> None:
+    """``--host``, ``--port``, ``--token`` and ``--allow-remote``: who may connect (``serving.auth``)."""
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="(default %(default)s; another host needs --token or --allow-remote)",
+    )
+    p.add_argument("--port", type=int, default=port, help="(default %(default)s; 0 picks a free port)")
+    p.add_argument(
+        "--token",
+        help="bearer token every request must carry (default: $CASCADE_ENVS_TOKEN; "
+        "clients send 'Authorization: Bearer TOKEN')",
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help=f"allow a non-loopback --host without a token (anyone who reaches it can use the {what})",
+    )
+
+
 def _add_rollout_options(p: argparse.ArgumentParser) -> None:
     """The policy, sampling and runner options that ``eval`` and ``filter`` share."""
     p.add_argument("--policy", default="embedded", help="http(s)://HOST/v1, hf:PATH or embedded (default)")
@@ -354,6 +438,18 @@ def cmd_build_image(args: argparse.Namespace) -> int:
             load_tasks(args.tasks or "bundled:swe/tasks.jsonl", read_task), client, base=args.base
         )
     return 0
+
+
+def _protocols() -> list[str]:
+    from .serving.protocols import PROTOCOLS
+
+    return list(PROTOCOLS)
+
+
+def _formats() -> list[str]:
+    from .export import FORMATS
+
+    return list(FORMATS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -425,9 +521,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_train)
 
+    p = sub.add_parser("serve", help="serve an env over a trainer's protocol (nemo-gym, ...)")
+    p.add_argument("env_id", metavar="ENV_ID")
+    p.add_argument("--protocol", required=True, help="the protocol: " + ", ".join(sorted(_protocols())))
+    _add_access_options(p, 8000, "env")
+    p.add_argument("--tasks", metavar="PATH", help="task file of the env (default: its own)")
+    p.add_argument("--env-kwargs", metavar="JSON", help="env constructor arguments as a JSON object")
+    p.add_argument("--options", metavar="JSON", help="protocol options as a JSON object")
+    p.add_argument(
+        "--max-sessions", type=int, default=256, help="live sessions before a 503 (default %(default)s)"
+    )
+    p.add_argument(
+        "--session-ttl",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="idle sessions expire (default %(default)s)",
+    )
+    p.add_argument(
+        "--request-deadline",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="504 for a request not answered in time (default %(default)s)",
+    )
+    p.add_argument("--max-body-mb", type=float, help="request body limit; 413 past it (default 8)")
+    p.add_argument(
+        "--idle-timeout", type=float, metavar="S", help="close connections silent this long (default 30)"
+    )
+    p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("export", help="write an env's rows in a trainer's data format (nemo-gym, ...)")
+    p.add_argument("env_id", metavar="ENV_ID")
+    p.add_argument("--format", required=True, help="the format: " + ", ".join(sorted(_formats())))
+    p.add_argument("-o", "--output", required=True, metavar="PATH")
+    p.add_argument("--tasks", metavar="PATH", help="task file (default: the env's own)")
+    p.add_argument("--limit", type=int, help="at most this many rows")
+    p.add_argument("--env-kwargs", metavar="JSON", help="env constructor arguments as a JSON object")
+    p.add_argument(
+        "--agent-name", help="the agent the rows name (default: the format's: verl 'cascade', nemo-gym 'cascade_agent')"
+    )
+    p.set_defaults(fn=cmd_export)
+
     p = sub.add_parser("serve-sandbox", help="run the code-verification HTTP service")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    _add_access_options(p, 8765, "sandbox")
     p.add_argument(
         "--workers", type=int, default=None, help="concurrent verifications (default: one per core)"
     )
@@ -453,10 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "serve-judge", help="serve a local model as an LLM judge (OpenAI chat-completions API)"
     )
-    p.add_argument(
-        "--host", default="127.0.0.1", help="(default %(default)s; loopback only without --allow-remote)"
-    )
-    p.add_argument("--port", type=int, default=8011, help="(default %(default)s; 0 picks a free port)")
+    _add_access_options(p, 8011, "model")
     p.add_argument(
         "--model", default="embedded", help="'embedded' (SmolLM2-135M, the default) or a checkpoint folder"
     )
@@ -467,11 +601,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--request-timeout", type=float, metavar="S", help="504 for a reply not ready in time (default 300)"
     )
     p.add_argument("--device", help="torch device (default: cuda when available)")
-    p.add_argument(
-        "--allow-remote",
-        action="store_true",
-        help="allow a non-loopback --host (the server has no authentication)",
-    )
     p.set_defaults(fn=cmd_serve_judge)
 
     p = sub.add_parser(
@@ -542,6 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--docker-host", metavar="URL", help="the daemon (default $DOCKER_HOST or the local socket)"
     )
     p.set_defaults(fn=cmd_build_image)
+
     return parser
 
 

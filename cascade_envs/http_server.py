@@ -3,8 +3,12 @@
 ``await serve(handler, host, port, limits)`` listens (port 0 picks a free port) and passes each
 complete request to ``handler.handle(method, path, body)`` (the path without its query string),
 which returns ``(status, JSON object)``; the answer goes back as ``application/json``, with
-``Retry-After: 1`` on a 429 or 503. Connections are kept alive between requests. The layer itself
-answers:
+``Retry-After: 1`` on a 429 or 503. A handler that needs the headers (cookies, say) or sets its
+own defines ``handle_request(Request) -> Response`` instead. Connections are kept alive between
+requests. The layer itself answers:
+
+- ``401`` when ``serve(..., token=T)`` was given a bearer token and the request's
+  ``Authorization: Bearer ...`` does not match it (compared in constant time, before any body is read);
 
 - ``413`` for a body over ``limits.max_body_mb``: at once from its ``Content-Length``, or as soon as
   a chunked body passes the limit;
@@ -17,18 +21,21 @@ answers:
 
 After an answer sent before the whole request arrived (413, 408) the server stops writing, reads and
 drops what the client still sends for up to ``LINGER_S`` and then closes, so the client reads the
-answer rather than a connection reset. Used by ``cascade-envs serve-sandbox`` and ``serve-judge``.
+answer rather than a connection reset. A handler with ``websocket_route(path)`` also serves
+WebSockets (``cascade_envs.websocket``). Used by ``cascade-envs serve-sandbox`` and ``serve-judge``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import h11
@@ -61,6 +68,42 @@ class Handler(Protocol):
 
 
 @dataclass(frozen=True)
+class Request:
+    """One complete request: ``headers`` has lower-cased names (repeated ones joined by ``", "``)."""
+
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]
+    body: bytes
+
+    def cookie(self, name: str) -> str | None:
+        """The value of cookie ``name`` (from the ``Cookie`` header), or None."""
+        for part in self.headers.get("cookie", "").split(";"):
+            key, sep, value = part.strip().partition("=")
+            if sep and key == name:
+                return value
+        return None
+
+
+@dataclass
+class Response:
+    """What ``handle_request`` returns: a JSON-encodable body and extra headers (``Set-Cookie``, ...)."""
+
+    status: int
+    body: Any
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+class RequestHandler(Protocol):
+    """The richer handler: sees the headers and sets its own."""
+
+    async def handle_request(self, request: Request) -> Response:
+        """The response to one request."""
+        ...
+
+
+@dataclass(frozen=True)
 class Limits:
     """The server's limits (see the module docstring); each a positive finite number."""
 
@@ -85,12 +128,39 @@ class Limits:
         return int(self.max_body_mb * (1 << 20))
 
 
-async def serve(handler: Handler, host: str, port: int, limits: Limits | None = None) -> asyncio.Server:
-    """Start serving ``handler`` on ``host:port`` (0: a free port) and return the listening server."""
+async def serve(
+    handler: Handler | RequestHandler,
+    host: str,
+    port: int,
+    limits: Limits | None = None,
+    *,
+    token: str | None = None,
+) -> asyncio.Server:
+    """Start serving ``handler`` on ``host:port`` (0: a free port) and return the listening server.
+
+    ``token``: every request must carry ``Authorization: Bearer <token>`` (else 401); see
+    ``cascade_envs.serving.auth.check_access`` for when one is needed.
+    """
     limits = limits or Limits()
+    if token is not None and not token:
+        raise ValueError("token must be a non-empty string")
     return await asyncio.start_server(
-        lambda r, w: _serve_connection(handler, r, w, limits), host, port, limit=READ_BUFFER
+        lambda r, w: _serve_connection(handler, r, w, limits, token), host, port, limit=READ_BUFFER
     )
+
+
+def _headers(request: h11.Request) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in request.headers:
+        key, text = name.decode("latin-1"), value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
+
+
+def authorized(headers: Mapping[str, str], token: str) -> bool:
+    """True when ``headers`` carry ``Authorization: Bearer <token>`` (constant-time comparison)."""
+    scheme, _, given = headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
 
 
 def _content_length(request: h11.Request) -> int | None:
@@ -100,24 +170,50 @@ def _content_length(request: h11.Request) -> int | None:
     return None
 
 
-def _error(status: int, message: str) -> tuple[int, bytes]:
-    return status, json.dumps({"error": message}).encode()
+def _websocket_route(handler: Handler | RequestHandler, request: h11.Request) -> Any:
+    """The handler's ``WebSocketRoute`` for an upgrade request to a path it serves WebSockets on, else None."""
+    routes = getattr(handler, "websocket_route", None)
+    if routes is None or not any(
+        name == b"upgrade" and value.strip().lower() == b"websocket" for name, value in request.headers
+    ):
+        return None
+    return routes(request.target.decode("latin-1").split("?", 1)[0])
 
 
-async def _call(handler: Handler, request: h11.Request, body: bytes) -> tuple[int, bytes]:
+Answer = tuple[int, bytes, list[tuple[str, str]]]
+
+
+def _error(status: int, message: str, headers: list[tuple[str, str]] | None = None) -> Answer:
+    return status, json.dumps({"error": message}).encode(), headers or []
+
+
+UNAUTHORIZED = _error(
+    401, "missing or wrong bearer token (Authorization: Bearer ...)", [("www-authenticate", "Bearer")]
+)
+
+
+async def _call(handler: Handler | RequestHandler, request: h11.Request, body: bytes) -> Answer:
     """The handler's answer as JSON; a 500 naming the exception if it raises or its answer is not JSON."""
     method = request.method.decode("latin-1")
-    path = request.target.decode("latin-1").split("?", 1)[0]
+    path, _, query = request.target.decode("latin-1").partition("?")
     try:
-        status, answer = await handler.handle(method, path, body)
-        return status, json.dumps(answer).encode()
+        rich = getattr(handler, "handle_request", None)
+        if rich is not None:
+            response: Response = await rich(Request(method, path, query, _headers(request), body))
+            return response.status, json.dumps(response.body).encode(), list(response.headers)
+        status, answer = await handler.handle(method, path, body)  # type: ignore[union-attr]
+        return status, json.dumps(answer).encode(), []
     except Exception as exc:
         log.exception("%s %s failed", method, path)
         return _error(500, f"{type(exc).__name__}: {exc}")
 
 
 async def _serve_connection(
-    handler: Handler, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limits: Limits
+    handler: Handler | RequestHandler,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    limits: Limits,
+    token: str | None = None,
 ) -> None:
     """Serve one connection's requests in turn until it closes, idles out or errs."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
@@ -128,7 +224,7 @@ async def _serve_connection(
             request: h11.Request | None = None
             chunks: list[bytes] = []
             size, started = 0, None
-            answer: tuple[int, bytes] | None = None
+            answer: Answer | None = None
             while answer is None:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
@@ -153,7 +249,9 @@ async def _serve_connection(
                     request = event
                     started = loop.time() if started is None else started
                     length = _content_length(event)
-                    if length is not None and length > limits.max_body:
+                    if token is not None and not authorized(_headers(event), token):
+                        answer = UNAUTHORIZED
+                    elif length is not None and length > limits.max_body:
                         answer = too_large
                 elif isinstance(event, h11.Data):
                     size += len(event.data)
@@ -163,6 +261,11 @@ async def _serve_connection(
                         chunks.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     assert request is not None
+                    if (route := _websocket_route(handler, request)) is not None:
+                        from .websocket import serve_upgraded  # needs wsproto: imported on first use
+
+                        await serve_upgraded(route, conn, request, reader, writer)
+                        return
                     answer = await _call(handler, request, b"".join(chunks))
             early = conn.their_state is not h11.DONE  # answered before the whole request arrived
             await _respond(conn, writer, *answer, close=early)
@@ -184,10 +287,16 @@ async def _serve_connection(
 
 
 async def _respond(
-    conn: h11.Connection, writer: asyncio.StreamWriter, status: int, data: bytes, close: bool = False
+    conn: h11.Connection,
+    writer: asyncio.StreamWriter,
+    status: int,
+    data: bytes,
+    extra: list[tuple[str, str]] | None = None,
+    close: bool = False,
 ) -> None:
-    headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
-    if status in (429, 503):
+    extra = extra or []
+    headers = [("content-type", "application/json"), ("content-length", str(len(data))), *extra]
+    if status in (429, 503) and not any(k.lower() == "retry-after" for k, _ in extra):
         headers.append(("retry-after", "1"))
     if close:
         headers.append(("connection", "close"))

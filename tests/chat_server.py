@@ -60,6 +60,8 @@ def completion(content: Any, **message: Any) -> dict[str, Any]:
     return {
         "id": "chatcmpl-scripted",
         "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
         "choices": [
             {
                 "index": 0,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import math
@@ -30,6 +29,7 @@ from ..core import CascadeError, Completion, Message
 from ..http_server import IDLE_TIMEOUT_S, MAX_BODY_MB, REQUEST_TIMEOUT_S, Limits, serve
 from ..policy import ContextOverflowError, Policy, PolicyError, SamplingParams
 from ..reasoning import split_reasoning
+from ..serving.auth import check_access
 from .base import SERVE_JUDGE_PORT
 
 log = logging.getLogger("cascade_envs.judges.server")
@@ -210,19 +210,9 @@ def _messages(value: Any) -> list[Message]:
     return messages
 
 
-def check_host(host: str, allow_remote: bool) -> None:
-    """Refuse a host other than loopback unless ``allow_remote``: the server has no authentication."""
-    if allow_remote or host == "localhost":
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise CascadeError(
-            f"refusing to serve the judge on {host}: it has no authentication, so anyone who can "
-            "reach it could run the model; use 127.0.0.1, or pass --allow-remote"
-        )
+def check_host(host: str, allow_remote: bool, token: str | None = None) -> str | None:
+    """The shared rule of who may connect (``serving.auth.check_access``); the bearer token to require."""
+    return check_access(host, token, allow_remote, what="judge")
 
 
 def load_policy(model: str, *, device: str | None = None, max_batch_size: int = 16) -> tuple[Policy, str]:
@@ -245,13 +235,15 @@ async def start_server(
     max_body_mb: float = MAX_BODY_MB,
     idle_timeout_s: float = IDLE_TIMEOUT_S,
     request_timeout_s: float = REQUEST_TIMEOUT_S,
+    token: str | None = None,
 ) -> asyncio.Server:
     """Serve ``service`` on ``host:port`` (0: a free port) with the kernel's HTTP layer.
 
     ``request_timeout_s`` here bounds the arrival of a request (408); the reply's own bound is the
-    service's.
+    service's. ``token``: a bearer token every request must carry (else 401).
     """
-    return await serve(service, host, port, Limits(max_body_mb, idle_timeout_s, request_timeout_s))
+    limits = Limits(max_body_mb, idle_timeout_s, request_timeout_s)
+    return await serve(service, host, port, limits, token=token)
 
 
 def serve_judge(
@@ -261,20 +253,21 @@ def serve_judge(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     allow_remote: bool = False,
+    token: str | None = None,
     device: str | None = None,
     max_batch_size: int = 16,
     max_queue: int = DEFAULT_MAX_QUEUE,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> None:
     """Run the judge server until interrupted (the ``cascade-envs serve-judge`` command)."""
-    check_host(host, allow_remote)
+    required = check_host(host, allow_remote, token)
     policy, name = load_policy(model, device=device, max_batch_size=max_batch_size)
     service = ChatService(
         policy, name, max_tokens=max_tokens, max_queue=max_queue, request_timeout_s=request_timeout_s
     )
 
     async def main() -> None:
-        server = await start_server(service, host, port)
+        server = await start_server(service, host, port, token=required)
         bound = server.sockets[0].getsockname()
         note = "; a 135M model is a poor judge: for end-to-end runs only" if model == "embedded" else ""
         print(

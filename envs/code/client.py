@@ -9,6 +9,7 @@ becomes a masked reward carrying the error — never a silent 0.
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 from dataclasses import asdict
 from typing import Any
@@ -24,7 +25,10 @@ SLACK_S = 10.0
 
 
 class VerifierClient:
-    """Talks to one or more services (``url`` may be a list or comma-separated), least-loaded first."""
+    """Talks to one or more services (``url`` may be a list or comma-separated), least-loaded first.
+
+    ``token``: the bearer token of a service started with ``--token`` (default ``$CASCADE_ENVS_TOKEN``).
+    """
 
     def __init__(
         self,
@@ -34,7 +38,10 @@ class VerifierClient:
         config: JudgeConfig | None = None,
         connect_retries: int = 3,
         max_connections: int = 256,
+        token: str | None = None,
     ):
+        token = token if token is not None else os.environ.get("CASCADE_ENVS_TOKEN")
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         urls = url.split(",") if isinstance(url, str) else list(url)
         self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
         if not self.urls:
@@ -57,6 +64,7 @@ class VerifierClient:
         if loop not in self._clients:
             self._clients[loop] = RetryingClient(
                 self.urls,
+                headers=self.headers,
                 timeout_s=self.timeout_s + SLACK_S,
                 connect_timeout_s=CONNECT_TIMEOUT_S,
                 max_retries=self.connect_retries * len(self.urls),

@@ -322,11 +322,15 @@ async def start_server(
     max_body_mb: float = MAX_BODY_MB,
     idle_timeout_s: float = IDLE_TIMEOUT_S,
     request_timeout_s: float = REQUEST_TIMEOUT_S,
+    token: str | None = None,
 ) -> tuple[asyncio.Server, VerifyService]:
-    """Start serving on ``host:port`` (port 0 picks a free one) and return the server and service."""
+    """Start serving on ``host:port`` (port 0 picks a free one) and return the server and service.
+
+    ``token``: a bearer token every request must carry (else 401).
+    """
     limits = Limits(max_body_mb, idle_timeout_s, request_timeout_s)
     service = VerifyService(workers, backend, max_queue)
-    return await serve(service, host, port, limits), service
+    return await serve(service, host, port, limits, token=token), service
 
 
 class BackgroundService:
@@ -392,8 +396,17 @@ def serve_sandbox(
     max_body_mb: float = MAX_BODY_MB,
     idle_timeout_s: float = IDLE_TIMEOUT_S,
     request_timeout_s: float = REQUEST_TIMEOUT_S,
+    token: str | None = None,
+    allow_remote: bool = False,
 ) -> None:
-    """Run the verification service until interrupted (the ``cascade-envs serve-sandbox`` command)."""
+    """Run the verification service until interrupted (the ``cascade-envs serve-sandbox`` command).
+
+    Who may connect: ``cascade_envs.serving.auth.check_access`` (loopback, a bearer token, or
+    ``allow_remote``).
+    """
+    from ...serving.auth import check_access
+
+    required = check_access(host, token, allow_remote, what="sandbox service")
 
     async def main() -> None:
         server, service = await start_server(
@@ -405,6 +418,7 @@ def serve_sandbox(
             max_body_mb=max_body_mb,
             idle_timeout_s=idle_timeout_s,
             request_timeout_s=request_timeout_s,
+            token=required,
         )
         bound = server.sockets[0].getsockname()
         print(

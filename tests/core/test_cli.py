@@ -6,7 +6,18 @@ import pytest
 
 from cascade_envs.cli import build_parser, main
 
-COMMANDS = ["build-image", "list", "info", "eval", "train", "serve-sandbox", "serve-judge", "filter"]
+COMMANDS = [
+    "build-image",
+    "list",
+    "info",
+    "eval",
+    "train",
+    "serve",
+    "export",
+    "serve-sandbox",
+    "serve-judge",
+    "filter",
+]
 
 
 @pytest.mark.parametrize("command", [[], *[[c] for c in COMMANDS]])
@@ -178,6 +189,8 @@ def test_serve_sandbox_finds_the_code_env_service(monkeypatch):
         "backend": None,
         "max_queue": 5,
         "max_body_mb": 2.0,
+        "token": None,
+        "allow_remote": False,
     }
 
 

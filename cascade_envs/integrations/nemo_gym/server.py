@@ -1,0 +1,283 @@
+"""The ``nemo-gym`` protocol: a cascade env as a NeMo Gym resources server, on the serving core.
+
+Routes (JSON; the session rides in the ``cascade_session`` cookie, set on every answer that has one,
+as NeMo Gym's agents pass the resources server's cookies from call to call):
+
+- ``POST /seed_session`` (``BaseSeedSessionRequest``: the row) and ``POST /reset``
+  (``EnvResetRequest``): start an episode of the row (``cascade_row`` when the body has one, else the
+  body itself) in the cookie's live session or a new one; ``/reset`` answers
+  ``{"observation": null, "info": {...}}`` (the prompt is in ``responses_create_params.input``).
+- ``POST /<tool>``: one tool call (the body: its arguments) played as a model turn of the episode;
+  answers ``{"output": text}`` (after the episode's end: an error text, for the model to read).
+- ``POST /step`` (``EnvStepRequest``: ``response`` is one model turn): the env's answer,
+  ``{"observation", "reward", "terminated", "truncated", "info"}`` with ``info["tool_outputs"] =
+  [{"call_id", "output"}]`` for the turn's ``function_call`` items; the terminal step carries the
+  reward and closes the session.
+- ``POST /verify`` (``BaseVerifyRequest``: the whole rollout's ``response``): plays its final turn,
+  scores the episode, answers the request with ``reward`` (``BaseVerifyResponse``) and closes the session.
+- ``POST /aggregate_metrics``, ``GET /health``.
+
+A masked reward (the verifier or judge failed) is never a plain 0: ``reward`` is 0.0 and
+``mask_sample`` is true (NeMo Gym's flag for samples the trainer drops; NeMo-RL honours it with
+``env.should_mask_flagged_samples``), with ``reward_masked_reason``. Group-scored envs (GenRM) need
+``options["num_rollouts_per_prompt"]`` and score per cohort (``_ng_task_index``, else the task id)
+under ``options["group_deadline_s"]`` (``groups``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ...core import CascadeError, Reward
+from ...data import task_id
+from ...episode import Episode
+from ...http_server import Request, Response
+from ...serving import BadRequest, Conflict, Router, ServeContext, Session, UnknownSession, json_body
+from ...serving.errors import ServingError
+from ...serving.router import error_response
+from .groups import GroupScorer
+from .responses import completion_of, observation_text, tool_call_text
+
+COOKIE = "cascade_session"
+GROUP_DEADLINE_S = 300.0
+"""Default wait for a cohort's last rollouts before it is scored with what arrived."""
+TASK_INDEX_KEY = "_ng_task_index"
+_TOOL = re.compile(r"/([A-Za-z_][A-Za-z0-9_.\-]{0,127})")
+RESERVED = {"seed_session", "verify", "reset", "step", "aggregate_metrics", "health", "mcp"}
+
+
+def _set_cookie(session_id: str) -> tuple[str, str]:
+    return ("set-cookie", f"{COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Lax")
+
+
+def reward_fields(reward: Reward) -> dict[str, Any]:
+    """A cascade reward as verify/step fields: masked ones are flagged, never a silent 0."""
+    return {
+        "reward": 0.0 if reward.masked else float(reward.value),
+        "mask_sample": reward.masked,
+        "reward_masked_reason": reward.error or reward.reason if reward.masked else None,
+        "reward_reason": reward.reason,
+        "reward_components": {
+            k: v for k, v in reward.components.items() if isinstance(v, (int, float, str, bool))
+        },
+    }
+
+
+class NemoGymHandler(Router):
+    """The protocol's routes over one ``SessionStore``; see the module docstring."""
+
+    def __init__(self, ctx: ServeContext):
+        super().__init__(fallback=self.tool)
+        self.ctx = ctx
+        self.store = ctx.store
+        self.env = ctx.env
+        self.groups: GroupScorer | None = None
+        if self.env.scores_groups:
+            size = ctx.options.get("num_rollouts_per_prompt")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise CascadeError(
+                    f"{ctx.env_id} scores answers in groups: pass --options "
+                    "'{\"num_rollouts_per_prompt\": G}' (the rollouts NeMo Gym collects per prompt)"
+                )
+            deadline = float(ctx.options.get("group_deadline_s", GROUP_DEADLINE_S))
+            self.groups = GroupScorer(self.env, size, deadline)
+        for path, route in {
+            "/seed_session": self.seed_session,
+            "/reset": self.reset,
+            "/step": self.step,
+            "/verify": self.verify,
+            "/aggregate_metrics": self.aggregate_metrics,
+        }.items():
+            self.add("POST", path, route)
+        self.add("GET", "/health", self.health)
+
+    # ----- sessions -----------------------------------------------------------------------------
+
+    def _answer(self, session: Session | None, body: Any, status: int = 200) -> Response:
+        headers = []
+        if session is not None and not session.closed:
+            headers.append(_set_cookie(session.id))
+        return Response(status, body, headers)
+
+    async def handle_request(self, request: Request) -> Response:
+        """The route's answer; a cookie naming a live session is set again on every answer, errors
+        included, as NeMo Gym's agents keep only the cookies of the last answer."""
+        response = await super().handle_request(request)
+        session_id = request.cookie(COOKIE)
+        if (
+            session_id is not None
+            and session_id in self.store
+            and not any(name == "set-cookie" for name, _ in response.headers)
+        ):
+            response.headers.append(_set_cookie(session_id))
+        return response
+
+    def _session_id(self, request: Request) -> str:
+        session_id = request.cookie(COOKIE)
+        if session_id is None:
+            raise BadRequest(f"no session: call /seed_session or /reset first and send its {COOKIE} cookie")
+        return session_id
+
+    def _deadline(self) -> float:
+        extra = self.groups.deadline_s + 30.0 if self.groups else 0.0
+        return self.store.request_deadline_s + extra
+
+    async def _start(self, request: Request) -> tuple[Session, Episode, dict[str, Any]]:
+        body = json_body(request)
+        row = body.get("cascade_row", body)
+        if not isinstance(row, dict):
+            raise BadRequest("'cascade_row' must be a JSON object (a task row)")
+        existing = request.cookie(COOKIE)
+        session = None
+        if existing is not None:
+            try:
+                session = self.store.get(existing)
+            except (UnknownSession, BadRequest):
+                session = None  # a stale cookie: start afresh
+        if session is None:
+            session = await self.store.create()
+        try:
+            async with self.store.use(session.id) as held:
+                episode = await self.store.start_episode(held, row)
+                held.state["task_index"] = body.get(TASK_INDEX_KEY)
+        except ServingError:
+            if session.episode is None:
+                await self.store.close(session.id)
+            raise
+        return session, episode, body
+
+    async def seed_session(self, request: Request) -> Response:
+        session, _, _ = await self._start(request)
+        return self._answer(session, {})
+
+    async def reset(self, request: Request) -> Response:
+        session, episode, _ = await self._start(request)
+        info = {"task_id": episode.task_id, "max_turns": episode.max_turns}
+        return self._answer(session, {"observation": None, "info": info})
+
+    # ----- turns --------------------------------------------------------------------------------
+
+    def _episode(self, session: Session, body: dict[str, Any] | None = None) -> Episode:
+        episode = session.episode
+        if episode is None:
+            raise Conflict("this session has no episode: call /seed_session or /reset first")
+        row = body.get("cascade_row") if body else None
+        if isinstance(row, dict) and task_id(row) != episode.task_id:
+            raise Conflict(
+                f"this session plays task {episode.task_id!r}, not {task_id(row)!r}: one session per rollout"
+            )
+        return episode
+
+    async def tool(self, request: Request) -> Response:
+        match = _TOOL.fullmatch(request.path)
+        if match is None or match.group(1) in RESERVED:
+            return error_response(ServingError(f"no route POST {request.path}", status=404))
+        name = match.group(1)
+        arguments = json_body(request, allow_empty=True)
+        async with self.store.use(self._session_id(request)) as session:
+            episode = self._episode(session)
+            if episode.done:  # said to the model as the tool's output, as NeMo Gym tools report errors
+                return self._answer(session, {"output": "Error: the episode has ended; no more tool calls."})
+            turn = await self.env.aadvance(episode, tool_call_text(name, arguments))
+            text = observation_text(turn.observation) or ""
+            return self._answer(session, {"output": text})
+
+    async def _finish(self, session: Session, episode: Episode) -> Reward:
+        """Score the finished episode (with its cohort for a group-scored env)."""
+        if self.groups is not None:
+            key = session.state.get("task_index")
+            return await self.groups.score(f"{key if key is not None else episode.task_id}", episode)
+        return (await self.env.ascore_episodes([episode]))[0]
+
+    async def step(self, request: Request) -> Response:
+        body = json_body(request)
+        completion, calls = completion_of(body.get("response"))
+        session_id = self._session_id(request)
+        async with self.store.use(session_id, self._deadline()) as session:
+            episode = self._episode(session, body)
+            if episode.done:
+                raise Conflict("the episode has ended: /reset to start another")
+            turn = await self.env.aadvance(episode, completion)
+            if not episode.done:
+                tool_messages = [m for m in turn.observation if m.get("role") == "tool"]
+                info: dict[str, Any] = {"turn": episode.turns}
+                rest = turn.observation
+                if calls and len(tool_messages) >= len(calls):
+                    info["tool_outputs"] = [
+                        {"call_id": c.call_id, "output": str(m.get("content") or "")}
+                        for c, m in zip(calls, tool_messages, strict=False)
+                    ]
+                    rest = [m for m in turn.observation if m not in tool_messages[: len(calls)]]
+                answer = {
+                    "observation": observation_text(rest),
+                    "reward": 0.0,
+                    "terminated": False,
+                    "truncated": False,
+                    "info": info,
+                }
+                return self._answer(session, answer)
+            reward = await self._finish(session, episode)
+            fields = reward_fields(reward)
+            answer = {
+                "observation": None,
+                "reward": fields.pop("reward"),
+                "terminated": episode.terminated,
+                "truncated": episode.truncated,
+                "info": {**fields, "task_id": episode.task_id, "turns": episode.turns},
+            }
+        await self.store.close(session_id)
+        return self._answer(None, answer)
+
+    async def verify(self, request: Request) -> Response:
+        body = json_body(request)
+        if not isinstance(body.get("responses_create_params"), dict):
+            raise BadRequest("'responses_create_params' must be an object")
+        completion, _ = completion_of(body.get("response"), after_last_tool_output=True)
+        session_id = self._session_id(request)
+        async with self.store.use(session_id, self._deadline()) as session:
+            episode = self._episode(session, body)
+            if not episode.done:
+                await self.env.aadvance(episode, completion)
+            if not episode.done:
+                await self.env.atruncate(episode, "the rollout ended before the episode did")
+            reward = await self._finish(session, episode)
+        await self.store.close(session_id)
+        return self._answer(None, {**body, **reward_fields(reward)})
+
+    async def aggregate_metrics(self, request: Request) -> Response:
+        body = json_body(request)
+        responses = body.get("verify_responses")
+        if not isinstance(responses, list) or not all(isinstance(r, dict) for r in responses):
+            raise BadRequest("'verify_responses' must be a list of objects")
+        kept = [r for r in responses if not r.get("mask_sample")]
+        rewards = [float(r["reward"]) for r in kept if isinstance(r.get("reward"), (int, float))]
+        by_task: dict[Any, list[float]] = {}
+        for r in kept:
+            if isinstance(r.get("reward"), (int, float)):
+                by_task.setdefault(r.get(TASK_INDEX_KEY), []).append(float(r["reward"]))
+        metrics = {
+            "num_rollouts": len(responses),
+            "num_masked": len(responses) - len(kept),
+            "mean/reward": sum(rewards) / len(rewards) if rewards else None,
+            "pass@k": (sum(max(v) >= 1.0 for v in by_task.values()) / len(by_task)) if by_task else None,
+        }
+        groups = [
+            {TASK_INDEX_KEY: k, "mean/reward": sum(v) / len(v), "num_rollouts": len(v)}
+            for k, v in by_task.items()
+        ]
+        key = {k: metrics[k] for k in ("mean/reward", "num_masked")}
+        return Response(200, {"group_level_metrics": groups, "agent_metrics": metrics, "key_metrics": key})
+
+    async def health(self, request: Request) -> dict[str, Any]:
+        groups = self.groups.pending() if self.groups else 0
+        return {"env": self.ctx.env_id, "sessions": self.store.stats(), "pending_groups": groups}
+
+    async def aclose(self) -> None:
+        if self.groups is not None:
+            await self.groups.aclose()
+
+
+def make_handler(ctx: ServeContext) -> NemoGymHandler:
+    """The protocol registry's factory (``serving.protocols.PROTOCOLS["nemo-gym"]``)."""
+    return NemoGymHandler(ctx)
