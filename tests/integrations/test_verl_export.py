@@ -19,7 +19,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 def test_export_cli_round_trip_without_verl(tmp_path: Any, capsys: Any) -> None:
     path = tmp_path / "mcqa.parquet"
     assert main(["export", "--format", "verl", "cascade/MCQA-v0", "-o", str(path), "--limit", "3"]) == 0
-    assert "wrote 3 cascade/MCQA-v0 rows" in capsys.readouterr().out
+    assert "wrote 3 rows of cascade/MCQA-v0" in capsys.readouterr().out
     rows = pq.read_table(path).to_pylist()
     assert rows == verl_rows("cascade/MCQA-v0", limit=3)
     assert not any(m.startswith("verl") for m in sys.modules)

@@ -73,7 +73,9 @@ def verl_rows(
         env.close()
 
 
-def write_rows(env: Any, env_id: str, rows: Sequence[Any], output: Path, agent_name: str | None = None) -> int:
+def write_rows(
+    env: Any, env_id: str, rows: Sequence[Any], output: Path, agent_name: str | None = None
+) -> int:
     """Write ``rows`` (``Loaded`` items of ``env.tasks``) to the parquet file ``output`` (the
     ``cascade-envs export`` registry's function); return the row count."""
     require("pyarrow", "exporting verl parquet")
