@@ -104,8 +104,15 @@ async def direct(env_id: str, row: dict[str, Any], turns: list[str], n: int) -> 
 
 
 def via_verl(
-    tok: Any, env_id: str, row: dict[str, Any], turns: list[str], n: int, agent: str = "cascade-bench"
+    tok: Any,
+    env_id: str,
+    row: dict[str, Any],
+    turns: list[str],
+    n: int,
+    batches: int = 1,
+    agent: str = "cascade-bench",
 ) -> float:
+    """Seconds per episode of ``batches`` batches of ``n`` episodes through verl's ``AgentLoopWorker``."""
     _agent_loop_registry["cascade-bench"] = {
         **_agent_loop_registry["cascade"],
         "env_kwargs": {env_id: {"max_turns": len(turns) + 1}},
@@ -113,12 +120,14 @@ def via_verl(
     }
     w = worker(tok, Server(tok, turns))
     asyncio.run(w.generate_sequences(batch(row, 1, agent)))  # warm-up: the env is made, templates compiled
-    w.llm_client = Server(tok, turns)
-    start = time.perf_counter()
-    out = asyncio.run(w.generate_sequences(batch(row, n, agent)))
-    elapsed = time.perf_counter() - start
-    assert agent != "cascade-bench" or float(out.batch["rm_scores"].sum()) == n
-    return elapsed / n
+    elapsed = 0.0
+    for _ in range(batches):
+        w.llm_client = Server(tok, turns)
+        start = time.perf_counter()
+        out = asyncio.run(w.generate_sequences(batch(row, n, agent)))
+        elapsed += time.perf_counter() - start
+        assert agent != "cascade-bench" or float(out.batch["rm_scores"].sum()) == n
+    return elapsed / (n * batches)
 
 
 def main() -> None:
