@@ -8,10 +8,11 @@ rows written. Adding a format is one line there.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,31 @@ FORMATS: dict[str, str] = {
     "nemo-gym": "cascade_envs.integrations.nemo_gym.export:write_rows",
     "verl": "cascade_envs.integrations.verl.export:write_rows",
 }
+
+
+@contextlib.contextmanager
+def loaded_rows(
+    env_id: str,
+    *,
+    tasks: Any = None,
+    limit: int | None = None,
+    env_kwargs: dict[str, Any] | Mapping[str, Any] | None = None,
+) -> Iterator[tuple[Any, list[Any]]]:
+    """``(env, rows)``: ``env_id`` made with ``env_kwargs`` (and ``tasks``: a path or rows), its first
+    ``limit`` loaded tasks; the env is closed on exit."""
+    kwargs = dict(env_kwargs or {})
+    if tasks is not None:
+        kwargs["tasks"] = tasks
+    from .registry import make
+
+    env = make(env_id, **kwargs)
+    try:
+        source = getattr(env, "tasks", None)
+        if source is None:
+            raise CascadeError(f"{env_id} has no task rows: pass --tasks PATH")
+        yield env, list(itertools.islice(iter(source), limit))
+    finally:
+        env.close()
 
 
 def export(
@@ -38,19 +64,7 @@ def export(
         raise CascadeError(f"unknown export format {fmt!r}; known: {', '.join(sorted(FORMATS))}")
     module_name, _, attr = FORMATS[fmt].partition(":")
     write: Callable[..., int] = getattr(importlib.import_module(module_name), attr)
-    from .registry import make
-
-    kwargs = dict(env_kwargs or {})
-    if tasks:
-        kwargs["tasks"] = tasks
-    env = make(env_id, **kwargs)
-    try:
-        source = getattr(env, "tasks", None)
-        if source is None:
-            raise CascadeError(f"{env_id} has no task rows: pass --tasks PATH")
-        rows = list(itertools.islice(iter(source), limit))
+    with loaded_rows(env_id, tasks=tasks, limit=limit, env_kwargs=env_kwargs) as (env, rows):
         path = Path(output)
         path.parent.mkdir(parents=True, exist_ok=True)
         return write(env, env_id, rows, path, agent_name=agent_name)
-    finally:
-        env.close()

@@ -126,7 +126,6 @@ class LongContextQAEnv(JudgedEnv[LongContextTask]):
         tokenizer: str | None = None,
         judge_template: str = "correctness",
         swap_check: bool = False,
-        judge_max_tokens: int | None = None,
         max_answer_chars: int = MAX_ANSWER_CHARS,
         **kwargs: Any,
     ):
@@ -136,13 +135,11 @@ class LongContextQAEnv(JudgedEnv[LongContextTask]):
             )
         if max_input_tokens is not None and max_input_tokens < 1:
             raise ValueError("max_input_tokens must be at least 1 (or None for no limit)")
-        if judge_max_tokens is not None and judge_max_tokens < 1:
-            raise ValueError("judge_max_tokens must be at least 1")
         if max_answer_chars < 1:
             raise ValueError("max_answer_chars must be at least 1")
         self.template = JUDGE_TEMPLATES[judge_template]
         self.swap_check = bool(swap_check)
-        self.judge_max_tokens = judge_max_tokens or self.template.max_tokens
+        self.judge_max_tokens = self.template.max_tokens  # JudgedEnv's judge_max_tokens= overrides it
         self.max_answer_chars = int(max_answer_chars)
         self.max_input_tokens = max_input_tokens
         self.counter = make_counter(tokenizer)

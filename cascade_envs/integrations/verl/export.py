@@ -18,7 +18,7 @@ from typing import Any
 
 from ..._extras import require
 from ...core import Message, Row
-from ...registry import make
+from ...export import export, loaded_rows
 
 GROUND_TRUTH_FIELDS = ("expected_answer", "ground_truth", "answer", "reference")
 
@@ -59,18 +59,10 @@ def verl_rows(
     agent_name: str = "cascade",
 ) -> list[dict[str, Any]]:
     """The verl rows of ``env_id``'s tasks (its own task file, or ``tasks``), at most ``limit``."""
-    kwargs = dict(env_kwargs or {})
-    if tasks is not None:
-        kwargs["tasks"] = tasks
-    env = make(env_id, **kwargs)
-    try:
-        items = list(getattr(env, "tasks", None) or [])
+    with loaded_rows(env_id, tasks=tasks, limit=limit, env_kwargs=env_kwargs) as (env, items):
         if not items:
             raise ValueError(f"{env_id} has no tasks to export: pass tasks=")
-        items = items[:limit] if limit is not None else items
         return [verl_row(env, env_id, loaded, i, agent_name) for i, loaded in enumerate(items)]
-    finally:
-        env.close()
 
 
 def write_rows(
@@ -90,6 +82,4 @@ def write_rows(
 def export_verl(env_id: str, output: str | os.PathLike[str], **kwargs: Any) -> int:
     """``cascade-envs export --format verl``: ``env_id``'s rows (``tasks=``, ``limit=``,
     ``env_kwargs=``, ``agent_name=``) to the parquet file ``output``; return the row count."""
-    from ...export import export
-
     return export("verl", env_id, output, **kwargs)
