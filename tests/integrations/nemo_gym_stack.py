@@ -12,16 +12,21 @@ aiohttp client is bound to one loop; its ``run_webserver`` would also start Ray,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
 import requests
 import uvicorn
+
+from cascade_envs.serving.server import BackgroundServer
+from tests.chat_server import ScriptedChatServer
 
 HOST = "127.0.0.1"
 SIMPLE_AGENT = "cascade_simple_agent"
@@ -155,3 +160,18 @@ class GymStack:
             server_utils._GLOBAL_AIOHTTP_CLIENT = None
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+
+
+@contextlib.contextmanager
+def gym_stack(policy: Any, env: Any, **serve_options: Any) -> Iterator[tuple[GymStack, BackgroundServer]]:
+    """``(stack, served)``: ``env`` served with ``--protocol nemo-gym`` (``BackgroundServer``), a local
+    chat-completions server answering with ``policy``, and NeMo Gym's stack between them; all closed on exit."""
+    with (
+        ScriptedChatServer(policy) as chat,
+        BackgroundServer("nemo-gym", env, **serve_options) as served,
+    ):
+        stack = GymStack(served.url, chat.url + "/v1")
+        try:
+            yield stack, served
+        finally:
+            stack.close()

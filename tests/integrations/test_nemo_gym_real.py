@@ -18,13 +18,12 @@ import pytest
 import cascade_envs
 from cascade_envs.integrations.nemo_gym.export import gym_row
 from cascade_envs.integrations.nemo_gym.responses import tool_call_text
-from cascade_envs.serving.server import BackgroundServer
-from tests.chat_server import ScriptedChatServer, Step
+from tests.chat_server import Step
 
 if os.environ.get("CASCADE_REQUIRE_NEMO_GYM") != "1":
     pytest.importorskip("nemo_gym")
 
-from tests.integrations.nemo_gym_stack import GYM_AGENT, SIMPLE_AGENT, GymStack
+from tests.integrations.nemo_gym_stack import GYM_AGENT, SIMPLE_AGENT, gym_stack
 
 
 def last_user(request: dict[str, Any]) -> str:
@@ -51,15 +50,8 @@ def test_rollout_collection_with_the_simple_agent_scores_like_the_env():
         question = item.row["responses_create_params"]["input"][0]["content"][-60:]
         answers[question] = item.row["expected_answer"] if i % 2 == 0 else "Z"
     rows = [gym_row(env, "cascade/MCQA-v0", item, SIMPLE_AGENT) for item in loaded]
-    with (
-        ScriptedChatServer(mcqa_policy(answers)) as chat,
-        BackgroundServer("nemo-gym", cascade_envs.make("cascade/MCQA-v0")) as served,
-    ):
-        stack = GymStack(served.url, chat.url + "/v1")
-        try:
-            results = stack.collect(rows)
-        finally:
-            stack.close()
+    with gym_stack(mcqa_policy(answers), cascade_envs.make("cascade/MCQA-v0")) as (stack, _served):
+        results = stack.collect(rows)
     assert len(results) == 6
     for row, result in results:
         output = result["response"]["output"]
@@ -96,15 +88,8 @@ def test_gymnasium_agent_plays_workplace_episodes_like_the_env():
         solution = item.row["solution"]
         solutions[task] = solution if i % 2 == 0 else solution[:-1]  # odd rows skip the decisive call
     rows = [gym_row(env, "cascade/Workplace-v0", item, GYM_AGENT) for item in loaded]
-    with (
-        ScriptedChatServer(workplace_policy(solutions)) as chat,
-        BackgroundServer("nemo-gym", cascade_envs.make("cascade/Workplace-v0")) as served,
-    ):
-        stack = GymStack(served.url, chat.url + "/v1")
-        try:
-            results = stack.collect(rows)
-        finally:
-            stack.close()
+    with gym_stack(workplace_policy(solutions), cascade_envs.make("cascade/Workplace-v0")) as (stack, served):
+        results = stack.collect(rows)
         assert len(served.store) == 0  # every episode's session closed at its last step
 
     async def direct(row: dict[str, Any], turns: list[str]) -> float:
@@ -155,16 +140,9 @@ def test_genrm_groups_through_rollout_collection_and_a_lost_rollout_does_not_sta
     lost = [{**row, "_ng_task_index": 1} for _ in range(2)]  # the group's third rollout never comes
     options = {"num_rollouts_per_prompt": 3, "group_deadline_s": 3.0}
     served_env = GenRMEnv([ROW], judge_url=ScriptedJudge(rubric_reply))
-    with (
-        ScriptedChatServer(policy) as chat,
-        BackgroundServer("nemo-gym", served_env, options=options) as served,
-    ):
-        stack = GymStack(served.url, chat.url + "/v1")
-        try:
-            results = stack.collect(full)
-            partial = stack.collect(lost)
-        finally:
-            stack.close()
+    with gym_stack(policy, served_env, options=options) as (stack, _served):
+        results = stack.collect(full)
+        partial = stack.collect(lost)
 
     def text_of(result: dict[str, Any]) -> str:
         reasoning = "".join(
@@ -209,15 +187,8 @@ def test_simple_agent_calls_a_route_per_tool_for_native_function_calls():
         return Step("Done.")
 
     rows = [gym_row(env, "cascade/Workplace-v0", item, SIMPLE_AGENT) for item in loaded]
-    with (
-        ScriptedChatServer(policy) as chat,
-        BackgroundServer("nemo-gym", cascade_envs.make("cascade/Workplace-v0")) as served,
-    ):
-        stack = GymStack(served.url, chat.url + "/v1")
-        try:
-            results = stack.collect(rows)
-        finally:
-            stack.close()
+    with gym_stack(policy, cascade_envs.make("cascade/Workplace-v0")) as (stack, _served):
+        results = stack.collect(rows)
     for row, result in results:
         output = result["response"]["output"]
         calls = [i for i in output if i["type"] == "function_call"]
