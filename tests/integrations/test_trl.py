@@ -22,7 +22,7 @@ pytest.importorskip("trl", reason="trl is not installed: pip install 'cascade-en
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, TrainerCallback
+from transformers import AutoTokenizer, LlamaForCausalLM, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 import cascade_envs
@@ -36,6 +36,7 @@ from cascade_envs.policy import render_chat_prompt
 from cascade_envs.rollout import RolloutRunner
 from cascade_envs.testing import ScriptedJudge, ScriptedPolicy
 from tests.envs.workplace.replies import final_reply
+from tests.trainer import toys
 
 G = 4  # completions per prompt (TRL's num_generations)
 GROUP_ROW = {"id": "g", "prompt": "Say something."}
@@ -47,21 +48,8 @@ def tok() -> Any:
 
 
 def tiny_model(tok: Any) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    return LlamaForCausalLM(config)
+    special = (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id)
+    return toys.tiny_model(len(tok), special_ids=special, max_positions=8192).train()
 
 
 class Recorder:

@@ -41,7 +41,15 @@ def tiny_tokenizer() -> Any:
     return tok
 
 
-def tiny_model(vocab_size: int, seed: int = 0, hidden: int = 32) -> Any:
+def tiny_model(
+    vocab_size: int,
+    seed: int = 0,
+    hidden: int = 32,
+    *,
+    special_ids: tuple[int | None, int | None, int | None] = (0, 1, 2),
+    max_positions: int = 128,
+) -> Any:
+    """A tiny random Llama: ``special_ids`` are its pad, bos and eos token ids."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -53,11 +61,11 @@ def tiny_model(vocab_size: int, seed: int = 0, hidden: int = 32) -> Any:
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=2,
-        max_position_embeddings=128,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        pad_token_id=special_ids[0],
+        bos_token_id=special_ids[1],
+        eos_token_id=special_ids[2],
     )
     return LlamaForCausalLM(config).eval()
 
