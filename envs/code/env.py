@@ -19,7 +19,7 @@ from ...sandbox import Sandbox
 from .client import VerifierClient
 from .judge import Judge, JudgeConfig
 from .ray_verifier import RayVerifier
-from .task import CodeProblem, parse_code_task
+from .task import CodeProblem, parse_code_task, public_problem
 
 
 class CodeEnv(Env[CodeProblem]):
@@ -82,7 +82,12 @@ class CodeEnv(Env[CodeProblem]):
 
     def load_task(self, row: Row) -> CodeProblem:
         prompt = Prompt.of(row)
-        return CodeProblem(prompt, parse_code_task(row), row["verifier_metadata"])
+        tests = parse_code_task(row)
+        return CodeProblem(prompt, tests, row["verifier_metadata"], public_problem(prompt, row))
+
+    async def acheck(self, task: CodeProblem, answer: str) -> Reward | None:
+        """The answer on the row's ``public_tests`` (never the hidden ones); ``None`` without them."""
+        return None if task.public is None else await self.ascore(task.public, answer)
 
     async def ascore(self, task: CodeProblem, answer: str) -> Reward:
         if self.client is not None:

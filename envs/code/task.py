@@ -11,7 +11,10 @@ and its method called. Optional extras, all under ``verifier_metadata``:
   2 presentation error, 3 checker failure, 7 partial);
 - ``time_limit_s`` / ``memory_mb`` per test, ``total_time_s`` per response;
 - ``float_tolerance`` (absolute or relative) for numeric comparison;
-- ``languages``: the languages accepted (default: Python and C++).
+- ``languages``: the languages accepted (default: Python and C++);
+- ``public_tests``: the tests a solver may see (the statement's examples), in the ``unit_tests``
+  layout (``fn_name`` and the limits are the row's); they never score, ``unit_tests`` do: they are
+  ``CodeEnv.acheck``, what test-time scaling screens candidates with.
 
 Each limit must be a finite number in its range (``LIMITS``): ``time_limit_s`` 0.01-3600 CPU
 seconds, ``total_time_s`` 0.01-86400 s, ``memory_mb`` a whole number 16-1048576 MiB,
@@ -66,6 +69,28 @@ class CodeProblem:
     prompt: Prompt
     tests: CodeTask
     metadata: dict[str, Any]
+    public: CodeProblem | None = None
+    """The same problem with its ``public_tests`` as its tests, when the row has them."""
+
+
+def public_problem(prompt: Prompt, row: dict[str, Any]) -> CodeProblem | None:
+    """The problem a solver may check itself on: ``verifier_metadata.public_tests`` as its tests."""
+    meta = row["verifier_metadata"]
+    public = decode_json_field(meta.get("public_tests"), "verifier_metadata.public_tests")
+    if public is None:
+        return None
+    if isinstance(public, dict) and "fn_name" not in public:
+        unit = _unit_tests(meta)
+        public = {**public, "fn_name": unit.get("fn_name")} if unit.get("fn_name") else public
+    public_meta = {k: v for k, v in meta.items() if k != "public_tests"}
+    public_meta["unit_tests"] = public
+    try:
+        tests = parse_code_task({"verifier_metadata": public_meta})
+    except TaskError as exc:
+        raise TaskError(
+            str(exc).replace("unit_tests", "public_tests"), "verifier_metadata.public_tests"
+        ) from exc
+    return CodeProblem(prompt, tests, public_meta)
 
 
 def _unit_tests(meta: dict[str, Any]) -> dict[str, Any]:
