@@ -641,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .tts.cli import add_parser as add_solve_parser
 
-    add_solve_parser(sub, _add_rollout_options, _seed)
+    add_solve_parser(sub, _add_rollout_options, _seed, _make_policy)
 
     p = sub.add_parser(
         "build-image", help="build a docker image offline: sandbox, swe-base, or the SWE tasks' images"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -14,8 +15,14 @@ from typing import Any
 from ..core import CascadeError
 
 
-def add_parser(sub: Any, add_rollout_options: Callable[[argparse.ArgumentParser], None], seed: Any) -> None:
-    """The ``solve`` subcommand, with ``eval``'s policy, judge, sampling and timeout options."""
+def add_parser(
+    sub: Any,
+    add_rollout_options: Callable[[argparse.ArgumentParser], None],
+    seed: Callable[[str], int | None],
+    make_policy: Callable[[argparse.Namespace], Any],
+) -> None:
+    """The ``solve`` subcommand, with ``eval``'s policy, judge, sampling and timeout options (and
+    its ``--seed`` type and policy maker, handed in by ``cascade_envs.cli``)."""
     p = sub.add_parser(
         "solve", help="test-time scaling over an env: best-of-N with a selector, verify-and-refine, ..."
     )
@@ -54,11 +61,10 @@ def add_parser(sub: Any, add_rollout_options: Callable[[argparse.ArgumentParser]
     p.add_argument(
         "--force", action="store_true", help="start over in a results file made with other arguments"
     )
-    p.set_defaults(fn=cmd_solve)
+    p.set_defaults(fn=functools.partial(cmd_solve, make_policy=make_policy))
 
 
-def cmd_solve(args: argparse.Namespace) -> int:
-    from ..cli import _make_policy
+def cmd_solve(args: argparse.Namespace, make_policy: Callable[[argparse.Namespace], Any]) -> int:
     from ..env import run_sync
     from ..judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable, make_judge
     from ..policy import SamplingParams
@@ -116,7 +122,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     job = SolveJob(args.strategy, tasks, output, config).open(args.force)
     policy = judge = verifier = None
     if job.pending:  # a finished results file needs no model
-        policy = _make_policy(args)
+        policy = make_policy(args)
         if needs_judge and args.judge_url:
             judge = make_judge(args.judge_url, timeout_s=args.request_timeout, owner="solve")
         elif needs_judge:
@@ -125,7 +131,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         if args.verifier.startswith("http"):
-            verifier = _make_policy(argparse.Namespace(**{**vars(args), "policy": args.verifier}))
+            verifier = make_policy(argparse.Namespace(**{**vars(args), "policy": args.verifier}))
         elif args.verifier not in ("policy", "judge"):
             raise CascadeError(f"--verifier must be policy, judge or an http(s) URL, got {args.verifier!r}")
     budget = Budget(args.max_generations, args.max_seconds)
