@@ -13,7 +13,7 @@ from typing import Any
 
 from ..data import Loaded
 from .base import Attempt, BudgetSpent, SolveContext, TaskOutcome, register_strategy
-from .scoring import correct, score
+from .scoring import correct, require_single_turn, score
 from .select import SELECTORS
 
 
@@ -41,6 +41,7 @@ async def sample(
 
 @register_strategy("best_of_n")
 async def solve(ctx: SolveContext, task: Loaded[Any]) -> TaskOutcome:
+    require_single_turn(ctx)
     if ctx.selector not in SELECTORS:
         raise ValueError(f"unknown selector {ctx.selector!r}; choose from {sorted(SELECTORS)}")
     outcome = TaskOutcome(task.task_id, ctx.env_id, ctx.strategy, None, None, rounds=1)

@@ -21,7 +21,7 @@ from typing import Any
 from ..core import Message
 from ..data import Loaded
 from .base import Attempt, BudgetSpent, SolveContext, TaskOutcome, register_strategy
-from .scoring import correct, score, visible_answer
+from .scoring import correct, require_single_turn, score, visible_answer
 
 MAX_CRITIQUE_CHARS = 4000
 MAX_ANSWER_CHARS = 8000
@@ -118,6 +118,7 @@ def _verdict(ctx: SolveContext, call: Attempt) -> Attempt:
 
 @register_strategy("refine")
 async def solve(ctx: SolveContext, task: Loaded[Any]) -> TaskOutcome:
+    require_single_turn(ctx)
     outcome = TaskOutcome(task.task_id, ctx.env_id, ctx.strategy, None, None)
     prompt = ctx.env.prompt(task.task)
     answers: list[Attempt] = []

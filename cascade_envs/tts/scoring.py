@@ -18,6 +18,14 @@ SOLVED = 1.0
 """A reward at or above this is a correct answer (pass@N, selector accuracy)."""
 
 
+def require_single_turn(ctx: SolveContext) -> None:
+    """Refuse an env these strategies cannot play: multi-turn, or scored only as a group."""
+    env = ctx.env
+    if env.max_turns > 1 or env.scores_groups:
+        what = f"plays {env.max_turns} turns" if env.max_turns > 1 else "scores answers only as a group"
+        raise ValueError(f"{ctx.strategy} needs a single-turn env scored per answer; {ctx.env_id} {what}")
+
+
 def correct(reward: Reward | None) -> bool:
     return reward is not None and not reward.masked and reward.value >= SOLVED
 

@@ -155,3 +155,19 @@ def test_cli_solves_against_a_chat_server_prints_the_summary_and_resumes(tmp_pat
     ]
     assert roles == [("m2", 1, "candidate", None), ("m2", 1, "verifier", "reject"),
                      ("m2", 2, "refiner", None), ("m2", 2, "verifier", "accept")]  # fmt: skip
+
+
+def test_multi_turn_and_group_scored_envs_are_refused_with_a_reason(tmp_path, capsys):
+    argv = [
+        "solve",
+        "--strategy",
+        "best_of_n",
+        "--policy",
+        "http://127.0.0.1:9/v1",
+        "--no-progress",
+        "--limit",
+        "1",
+    ]
+    assert main([*argv, "--env", "cascade/Workplace-v0", "-o", str(tmp_path / "x.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "best_of_n needs a single-turn env scored per answer; cascade/Workplace-v0 plays" in err
