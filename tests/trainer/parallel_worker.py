@@ -6,8 +6,9 @@ environment: ``TEST_KILL_AT=RANK:STEP`` kills that rank (SIGKILL) as it starts t
 ``TEST_RANK1_SET=K=V`` gives rank 1 one more override (ranks that disagree on the config).
 
 ``python -m tests.trainer.parallel_worker --steps SPEC OUT``: one optimizer step on each fixed batch
-that ``SPEC`` (JSON: a list of ``{"name", "config", "batch"}``) describes; rank 0 writes the updated
-weights and the step's metrics of each to ``OUT`` (``torch.save``).
+that ``SPEC`` (JSON: a list of ``{"name", "config", "batch"}``) describes, then a trainer whose config
+differs on rank 1; rank 0 writes the updated weights and the step's metrics of each, and the error of
+the last (``disagree``), to ``OUT`` (``torch.save``).
 """
 
 from __future__ import annotations
@@ -65,11 +66,13 @@ def run_steps(spec_path: str, out: str) -> int:
     import torch
 
     from cascade_envs.trainer.checks import config_from_dict
+    from cascade_envs.trainer.config import ConfigError
     from cascade_envs.trainer.parallel.fsdp import full_state_dict
     from cascade_envs.trainer.parallel.ranks import RankEnv, Ranks, init_process_group
     from cascade_envs.trainer.parallel.trainer import ShardedTrainer
 
-    cases = json.loads(open(spec_path, encoding="utf-8").read())
+    with open(spec_path, encoding="utf-8") as f:
+        cases = json.load(f)
     env = RankEnv.from_environ()
     init_process_group(env, 60)
     ranks = Ranks(60)
@@ -81,6 +84,15 @@ def run_steps(spec_path: str, out: str) -> int:
         weights = {k: v.clone() for k, v in full_state_dict(trainer.model).items()}
         results[case["name"]] = {"weights": weights, "metrics": metrics}
         trainer.close()
+    # ranks that disagree on the config: rank 1 trains with another learning rate
+    data = cases[0]["config"]
+    if ranks.rank == 1:
+        data["optim"] = {**data["optim"], "lr": 0.5}
+    try:
+        ShardedTrainer(config_from_dict(data), ranks)
+        results["disagree"] = "no error"
+    except ConfigError as exc:
+        results["disagree"] = str(exc)
     if ranks.is_main:
         torch.save(results, out)
     torch.distributed.destroy_process_group()

@@ -7,6 +7,7 @@ The consolidated Hugging Face weights beside the shards are written by the train
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,10 @@ def load_sharded(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> 
 
 
 def load_unsharded(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> None:
-    """Load a sharded checkpoint into a plain single-process model and optimizer."""
-    _load(folder, model, optimizer)
+    """Load a sharded checkpoint into a plain single-process model and optimizer (no process group)."""
+    with warnings.catch_warnings():  # DCP says it assumes a single process: it is one
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
+        _load(folder, model, optimizer)
 
 
 def load_plain_optimizer(

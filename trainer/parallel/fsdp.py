@@ -55,6 +55,17 @@ def full_state_dict(model: Any) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
+def sum_gradients(model: Any, world_size: int) -> list[torch.Tensor]:
+    """The parameters with gradients, their gradients turned from FSDP's mean over ranks into the sum.
+
+    Each rank's loss is already divided by the whole batch's token or response count, so the sum is
+    the one-process gradient (gloo has no pre-scaled reduction, ``set_gradient_divide_factor(1)``)."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if world_size > 1:
+        torch._foreach_mul_([p.grad for p in params], float(world_size))
+    return params
+
+
 def grad_norm_value(total: torch.Tensor) -> float:
     """A norm from ``clip_grad_norm_`` over sharded gradients (a DTensor) as the global float."""
     full = getattr(total, "full_tensor", None)

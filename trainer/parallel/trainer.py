@@ -34,7 +34,7 @@ from ..model import DTYPES, _full_logits, autocast, micro_batches
 from ..sequence import TrainSequence
 from ..sources import LogprobSource
 from .dcp import load_plain_optimizer, load_sharded, save_sharded
-from .fsdp import full_state_dict, grad_norm_value, shard_model
+from .fsdp import full_state_dict, grad_norm_value, shard_model, sum_gradients
 from .ranks import Ranks, group_slice
 
 RNG_DIR = "rng"
@@ -117,7 +117,7 @@ class ShardedTrainer(Trainer):
         return self.ranks.sum(sums, "metric sums")
 
     def _clip_grad_norm(self) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        params = sum_gradients(self.model, self.ranks.world_size)
         return grad_norm_value(torch.nn.utils.clip_grad_norm_(params, self.config.optim.max_grad_norm))
 
     def _score_heldout(self, when: str) -> None:
