@@ -7,8 +7,8 @@ environment: ``TEST_KILL_AT=RANK:STEP`` kills that rank (SIGKILL) as it starts t
 
 ``python -m tests.trainer.parallel_worker --steps SPEC OUT``: one optimizer step on each fixed batch
 that ``SPEC`` (JSON: a list of ``{"name", "config", "batch"}``) describes, then a trainer whose config
-differs on rank 1; rank 0 writes the updated weights and the step's metrics of each, and the error of
-the last (``disagree``), to ``OUT`` (``torch.save``).
+differs on rank 1 and a collective that rank 1 answers too late; rank 0 writes the updated weights and
+the step's metrics of each, and the errors of the last two (``disagree``, ``timeout``), to ``OUT``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import json
 import os
 import signal
 import sys
+import time
+from datetime import timedelta
 from typing import Any
 
 
@@ -68,7 +70,7 @@ def run_steps(spec_path: str, out: str) -> int:
     from cascade_envs.trainer.checks import config_from_dict
     from cascade_envs.trainer.config import ConfigError
     from cascade_envs.trainer.parallel.fsdp import full_state_dict
-    from cascade_envs.trainer.parallel.ranks import RankEnv, Ranks, init_process_group
+    from cascade_envs.trainer.parallel.ranks import RankEnv, RankError, Ranks, init_process_group
     from cascade_envs.trainer.parallel.trainer import ShardedTrainer
 
     with open(spec_path, encoding="utf-8") as f:
@@ -93,6 +95,17 @@ def run_steps(spec_path: str, out: str) -> int:
         results["disagree"] = "no error"
     except ConfigError as exc:
         results["disagree"] = str(exc)
+    # a rank that stops answering: rank 1 sleeps past the bound of a 3-second group
+    short = Ranks(3, group=torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=3)))
+    started = time.monotonic()
+    try:
+        if short.rank == 1:
+            time.sleep(6)
+        short.gather(1, "a test value")
+        results["timeout"] = "no error"
+    except RankError as exc:
+        results["timeout"] = str(exc)
+    results["timeout_s"] = time.monotonic() - started
     if ranks.is_main:
         torch.save(results, out)
     torch.distributed.destroy_process_group()
