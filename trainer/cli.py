@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from .._extras import require
@@ -55,8 +56,11 @@ def train_main(
         return 0
     config = load_config(path, overrides)
     if config.train.world_size > 1:
-        from .parallel.launch import launch
+        from .parallel.launch import launch, run_rank
 
+        if "RANK" in os.environ:  # a rank that torchrun (started by launch) runs
+            run_rank(config, str(path) if path else "the embedded default config")
+            return 0
         return launch(config, str(path) if path else None, overrides)
     run_training(config, str(path) if path else "the embedded default config")
     return 0

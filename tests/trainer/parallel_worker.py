@@ -1,9 +1,8 @@
 """One rank of a sharded test run, started by torchrun from ``test_parallel.py``.
 
-``python -m tests.trainer.parallel_worker [CONFIG] [--set K=V ...]``: the toy envs registered, then
-``launch.main`` (what ``cascade-envs train --nproc N`` runs on each rank). Test-only switches, from the
-environment: ``TEST_KILL_AT=RANK:STEP`` kills that rank (SIGKILL) as it starts that step;
-``TEST_RANK1_SET=K=V`` gives rank 1 one more override (ranks that disagree on the config).
+``python -m tests.trainer.parallel_worker train [CONFIG] [--set K=V ...]``: the toy envs registered, then
+the ``cascade-envs`` command line (what ``cascade-envs train --nproc N`` runs on each rank). Test-only switches, from the
+environment: ``TEST_KILL_AT=RANK:STEP`` kills that rank (SIGKILL) as it starts that step.
 
 ``python -m tests.trainer.parallel_worker --steps SPEC OUT``: one optimizer step on each fixed batch
 that ``SPEC`` (JSON: a list of ``{"name", "config", "batch"}``) describes, then a trainer whose config
@@ -120,12 +119,9 @@ def main() -> int:
         return run_steps(sys.argv[2], sys.argv[3])
     _kill_switch()
     args = sys.argv[1:]
-    extra = os.environ.get("TEST_RANK1_SET")
-    if extra and os.environ.get("RANK") == "1":
-        args += ["--set", extra]
-    from cascade_envs.trainer.parallel.launch import main as rank_main
+    from cascade_envs.cli import main as cli_main
 
-    return rank_main(args)
+    return cli_main(args)
 
 
 if __name__ == "__main__":
