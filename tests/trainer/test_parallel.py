@@ -279,3 +279,40 @@ def test_a_checkpoint_of_another_model_is_refused_with_one_line(model_dir, tmp_p
     ):
         run_rank(config_from_dict(data))
     assert not torch.distributed.is_initialized()
+
+
+def test_nproc_sets_the_world_size_and_starts_torchrun(model_dir, tmp_path, monkeypatch):
+    """``cascade-envs train CONFIG --nproc 2`` launches 2 ranks running the same command line."""
+    from cascade_envs.cli import main
+    from cascade_envs.trainer.parallel import launch as launch_module
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(
+        launch_module.subprocess,
+        "run",
+        lambda command, **kw: calls.append(command) or subprocess.CompletedProcess(command, 0),
+    )
+    monkeypatch.delenv("RANK", raising=False)
+    data = config_data(model_dir, tmp_path / "run")
+    data["train"]["world_size"] = 1
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert main(["train", str(path), "--set", "optim.lr=0.001", "--nproc", "2"]) == 0
+    (command,) = calls
+    assert command[1:6] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "--max-restarts=0",
+    ]
+    assert command[6:] == [
+        "-m",
+        "cascade_envs.cli",
+        "train",
+        str(path),
+        "--set",
+        "optim.lr=0.001",
+        "--set",
+        "train.world_size=2",
+    ]
