@@ -21,7 +21,8 @@ from ..mix import parse_mix
 
 WeightDtype = Literal["auto", "float32", "bfloat16", "float16"]
 MixedPrecision = Literal["auto", "bfloat16", "float16", "no"]
-EngineName = Literal["hf", "vllm"]
+EngineName = Literal["hf", "vllm", "ray"]
+TeacherEngineName = Literal["hf", "vllm"]
 Normalization = Literal["response", "token"]
 
 
@@ -209,7 +210,7 @@ class MOPDConfig(Section):
     teacher_dtype: WeightDtype = "auto"
     """Dtype of the teachers' weights for their forward passes: ``auto`` (bfloat16 on GPU, float32
     on CPU), ``float32``, ``bfloat16``, ``float16``."""
-    teacher_engine: EngineName = "hf"
+    teacher_engine: TeacherEngineName = "hf"
     """How teachers score: ``hf`` (a transformers forward pass of ``logits / rollout.temperature``) or
     ``vllm`` (vLLM prompt logprobs, of the raw distribution: needs ``rollout.temperature`` 0 or 1)."""
     teacher_engine_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -288,6 +288,9 @@ class Trainer:
         start = time.perf_counter()
         self.model.eval()
         batch = self.builder.build()
+        failure = getattr(self.engine, "failure", None)
+        if failure:  # e.g. a Ray engine actor died: its episodes were masked, the run cannot go on
+            raise CascadeError(f"step {step}: {failure}")
         metrics: dict[str, Any] = rollout_metrics(batch)
         if batch.empty:
             metrics["skipped"] = True
