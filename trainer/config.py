@@ -215,6 +215,12 @@ class MOPDConfig(Section):
     ``vllm`` (vLLM prompt logprobs, of the raw distribution: needs ``rollout.temperature`` 0 or 1)."""
     teacher_engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``vllm.LLM`` arguments of every vLLM teacher (``gpu_memory_utilization``, ``max_model_len``...)."""
+    teacher_placement: Literal["local", "ray"] = "local"
+    """``local``: each trainer process loads its teachers; ``ray``: one Ray actor per teacher folder,
+    shared by every rank (``trainer/ray_teacher.py``), for teachers that do not fit beside each rank."""
+    teacher_actor_options: dict[str, Any] = field(default_factory=dict)
+    """Ray ``.options()`` of each teacher actor (``num_cpus``, ``num_gpus``...) plus ``call_timeout_s``
+    and ``ready_timeout_s``."""
 
     def check(self) -> None:
         _number_in("mopd.eps_low", self.eps_low, low=0, high=1, low_open=True)

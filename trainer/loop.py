@@ -412,6 +412,12 @@ class Trainer:
         """Close the rollout engine and the mix's envs (their clients and pools)."""
         await self.mix.envs.aclose()
         await self.engine.aclose()
+        from .ray_teacher import RayTeacher
+
+        for source in self.sources.values():  # teacher actors hold Ray resources until killed
+            for scorer in getattr(source, "scorers", {}).values():
+                if isinstance(scorer, RayTeacher):
+                    scorer.close()
 
     def close(self) -> None:
         """Stop the rollout engine's background work (sync wrapper of ``aclose``)."""

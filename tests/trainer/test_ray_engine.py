@@ -24,7 +24,7 @@ from cascade_envs.trainer.ray_engine import EngineDied, RayEngine, RaySettings  
 local_ray = ray_local.local_ray
 pytestmark = pytest.mark.xdist_group("host-shared-memory")
 
-TOL = 1e-5  # float32 on both sides, same kernels: measured max |diff| 0 to 2e-6
+TOL = 1e-5  # float32 on both sides, the same transformers code (the actor runs with 1 thread)
 MESSAGES = [
     [{"role": "user", "content": "say the word yes"}],
     [{"role": "user", "content": "one two red blue"}],
@@ -180,3 +180,57 @@ def test_gpu_bundles_follow_colocation():
     assert RaySettings().bundle(gpus=False) == {"CPU": 1}
     assert RaySettings(backend="vllm", tensor_parallel_size=2).bundle(gpus=True) == {"CPU": 1, "GPU": 2}
     assert RaySettings(colocate=True, gpu_fraction=0.4).bundle(gpus=True) == {"CPU": 1, "GPU": 0.4}
+
+
+def test_mopd_teachers_on_a_ray_actor_score_like_local_ones(local_ray, tiny_model_dir, tmp_path):
+    from cascade_envs.trainer.checks import config_from_dict
+    from cascade_envs.trainer.loop import Trainer
+    from cascade_envs.trainer.sequence import TrainSequence
+    from cascade_envs.trainer.sources import HFScorer
+    from tests.trainer.toys import save_tiny
+
+    teacher = save_tiny(tmp_path / "teacher", seed=2)
+    config = config_from_dict(
+        {
+            "algorithm": "mopd",
+            "model": {"path": str(tiny_model_dir)},
+            "mix": {"envs": {"test/SayYes-v0": 1.0}},
+            "mopd": {
+                "default_teacher": str(teacher),
+                "teacher_placement": "ray",
+                "teacher_actor_options": {"num_cpus": 0.5},
+            },
+            "rollout": {"group_size": 1, "prompts_per_step": 4, "max_tokens": 6},
+            "optim": {"lr": 3e-2, "micro_batch_size": 8},
+            "train": {
+                "steps": 1,
+                "output_dir": str(tmp_path / "run"),
+                "tensorboard": False,
+                "progress": False,
+                "plot": False,
+            },
+        }
+    )
+    trainer = Trainer(config)
+    try:
+        (remote,) = trainer.sources["teacher"].scorers.values()
+        sequences = [
+            TrainSequence([1, 3, 8], [6, 7, 2], 0.5, "test/SayYes-v0"),
+            TrainSequence([1, 4], [6, 2], -0.5, "test/SayYes-v0"),
+        ]
+        from transformers import AutoModelForCausalLM
+
+        local = HFScorer(
+            "local",
+            AutoModelForCausalLM.from_pretrained(teacher).eval(),
+            pad_id=0,
+            micro_batch_size=8,
+            temperature=config.rollout.temperature,
+        )
+        assert remote.score(sequences) == local.score(sequences)
+        metrics = trainer.train_step()
+        assert "mopd/teacher_top1_agreement" in metrics
+    finally:
+        trainer.close()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(remote.actor.ready.remote(), timeout=60)  # closing the trainer stopped the teacher actor
