@@ -194,7 +194,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from .trainer.cli import train_main
 
-    return train_main(args.config, args.set or [], from_stage=args.from_stage)
+    return train_main(args.config, args.set or [], from_stage=args.from_stage, nproc=args.nproc)
 
 
 def cmd_serve_sandbox(args: argparse.Namespace) -> int:
@@ -518,6 +518,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--from-stage",
         metavar="NAME",
         help="pipeline only: train again from this stage on (its earlier runs are moved aside)",
+    )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="data-parallel ranks (train.world_size): above 1, N processes started with torchrun, the model "
+        "sharded over them with FSDP2 (gloo on CPU, NCCL on GPU)",
     )
     p.set_defaults(fn=cmd_train)
 

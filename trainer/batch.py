@@ -25,6 +25,7 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,8 +134,12 @@ class BatchBuilder:
         rollout: RolloutConfig,
         *,
         results_path: str | Path | None = None,
+        play: Callable[[RolloutRunner, list[tuple[str, Any]]], list[GroupResult]] | None = None,
     ):
+        """``play(runner, items)`` plays a round's prompts (default: ``runner.run(items)``); a sharded run
+        plays its rank's slice and gathers every rank's groups, in prompt order."""
         self.mix = mix
+        self.play = play or (lambda runner, items: runner.run(items))
         self.estimator = estimator
         self.prompts_per_step = rollout.prompts_per_step
         self.max_rounds = rollout.max_rounds
@@ -164,7 +169,7 @@ class BatchBuilder:
         while len(batch.groups) < self.prompts_per_step and batch.rounds < self.max_rounds:
             batch.rounds += 1
             needed = self.prompts_per_step - len(batch.groups)
-            played = self.runner.run(self.mix.sample(self.keep_rate.prompts_for(needed)))
+            played = self.play(self.runner, self.mix.sample(self.keep_rate.prompts_for(needed)))
             batch.played.extend(played)
             kept = sum(self._add_group(batch, group) for group in played)
             self.keep_rate.update(kept, len(played))
@@ -217,6 +222,7 @@ class BatchBuilder:
                         group.env_id,
                         seq.logprobs,
                         seq.loss_mask,
+                        len(batch.groups) - 1,
                     )
                 )
         return True

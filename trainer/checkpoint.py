@@ -9,6 +9,10 @@ Reading one executes nothing: the state is loaded with ``torch.load(weights_only
 and plain Python values only) and the weights only from safetensors files, whose headers and sizes
 are checked first, so a truncated or tampered checkpoint is reported, with its path, as unreadable.
 Only folders named ``step_NNNNNN`` count as checkpoints.
+
+A sharded run (``trainer/parallel``) writes the same folder (its weights consolidated, so it stays a
+loadable Hugging Face model) plus ``dcp/`` (model and optimizer shards, ``torch.distributed.checkpoint``)
+and ``rng/rank_NNNNN.pt``; its trainer state then holds ``SHARDED_OPTIMIZER`` instead of the optimizer.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ PREFIX = "step_"
 NAME = re.compile(r"step_(\d+)")
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
+SHARDED_DIR = "dcp"
+SHARDED_OPTIMIZER = {"sharded": SHARDED_DIR}
+"""The trainer state's ``optimizer`` when the optimizer state is in the checkpoint's ``dcp/`` folder."""
 
 
 class CheckpointError(CascadeError):
@@ -87,15 +94,33 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def is_sharded(state: dict[str, Any]) -> bool:
+    return state.get("optimizer") == SHARDED_OPTIMIZER
+
+
+def staging_dir(output_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` is written before it is renamed into place."""
+    return checkpoint_dir(output_dir) / f".tmp_{PREFIX}{step:06d}"
+
+
 def save_checkpoint(
-    output_dir: str | Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int
+    output_dir: str | Path,
+    step: int,
+    model: Any,
+    tokenizer: Any,
+    state: dict[str, Any],
+    keep: int,
+    *,
+    staged: bool = False,
 ) -> Path:
-    """Write the checkpoint of ``step`` and delete all but the newest ``keep``."""
+    """Write the checkpoint of ``step`` and delete all but the newest ``keep``; with ``staged`` the
+    staging folder already holds files (a sharded run's shards) that become part of it."""
     root = checkpoint_dir(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:06d}"
-    tmp = root / f".tmp_{final.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = staging_dir(output_dir, step)
+    if not staged:
+        shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)  # safetensors (the default since transformers 4.35)
     tokenizer.save_pretrained(tmp)
     torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)

@@ -52,6 +52,12 @@ def validate(config: Config) -> None:
             f"algorithm {config.algorithm} reads log-prob source(s) {', '.join(unknown)}; "
             f"the trainer serves {', '.join(typing.get_args(SourceName))}"
         )
+    if config.train.world_size > config.rollout.prompts_per_step:
+        raise ConfigError(
+            f"train.world_size {config.train.world_size} is above rollout.prompts_per_step "
+            f"{config.rollout.prompts_per_step}: a rank would have no group to play; use at most "
+            f"{config.rollout.prompts_per_step} ranks or more prompts per step"
+        )
     if "teacher" in strategy.sources:
         weights, _ = config.mix_weights()
         check_teachers(config.mopd, weights, config.rollout.temperature)

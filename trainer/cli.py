@@ -22,8 +22,13 @@ def _setup() -> None:
     hf_logging.disable_progress_bar()  # weight loading/saving bars would break up the step bar
 
 
-def train_main(config_path: str | None, overrides: list[str], from_stage: str | None = None) -> int:
+def train_main(
+    config_path: str | None, overrides: list[str], from_stage: str | None = None, nproc: int | None = None
+) -> int:
     """Train with ``config_path`` (``None``: the embedded default run); returns the exit code.
+
+    ``nproc`` (``--nproc``) sets ``train.world_size``; above 1 the run is sharded over that many
+    ranks started with torchrun (``trainer/parallel``).
 
     Errors the user can fix are raised as ``CascadeError`` (the CLI prints them on one line); every
     setting is checked (``ConfigError`` naming the key) before the model is loaded.
@@ -37,6 +42,10 @@ def train_main(config_path: str | None, overrides: list[str], from_stage: str | 
 
     path = find_config(config_path) if config_path is not None else None
     pipeline = path is not None and is_pipeline_file(path)
+    if nproc is not None:
+        if pipeline:
+            raise ConfigError("--nproc applies to a single-stage config, not a pipeline file")
+        overrides = [*overrides, f"train.world_size={nproc}"]
     if from_stage is not None and not pipeline:
         raise ConfigError("--from-stage applies to a pipeline file (one with a top-level 'stages:' list)")
     if pipeline:
@@ -45,5 +54,9 @@ def train_main(config_path: str | None, overrides: list[str], from_stage: str | 
         run_pipeline(path, overrides, from_stage)
         return 0
     config = load_config(path, overrides)
+    if config.train.world_size > 1:
+        from .parallel.launch import launch
+
+        return launch(config, str(path) if path else None, overrides)
     run_training(config, str(path) if path else "the embedded default config")
     return 0

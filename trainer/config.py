@@ -162,9 +162,20 @@ class TrainConfig(Section):
     progress: bool = True
     plot: bool = True
     save_rollouts: bool = False
+    world_size: int = 1
+    """Data-parallel ranks (``trainer/parallel``): above 1, ``cascade-envs train`` starts that many
+    processes with torchrun and shards the model over them with FSDP2."""
+    cpu_offload: bool = False
+    """Sharded runs: keep the parameter shards and optimizer state in CPU memory (FSDP2 CPU offload)."""
+    collective_timeout_s: float = 600.0
+    """Sharded runs: the bound of every collective (and of process-group setup); a rank that does not
+    answer within it stops the run."""
 
     def check(self) -> None:
         _at_least_one("train.save_every", self.save_every)
+        _at_least_one("train.world_size", self.world_size)
+        if not (_is_finite_number(self.collective_timeout_s) and self.collective_timeout_s > 0):
+            raise ConfigError(f"train.collective_timeout_s must be > 0, got {self.collective_timeout_s}")
         _at_least_one("train.keep_checkpoints", self.keep_checkpoints)
         if self.steps < 0:
             raise ConfigError(f"train.steps must be >= 0, got {self.steps}")

@@ -85,7 +85,7 @@ class Trainer:
         self.config = config
         self.output_dir = check_output_dir(config.train.output_dir, create=True)
         resume = self._find_checkpoint() if config.train.resume else None
-        seed_everything(config.train.seed)
+        seed_everything(config.train.seed + self.rank)
         weights, env_kwargs = config.mix_weights()
         seed = config.train.seed if config.mix.seed is None else config.mix.seed
         self.mix = EnvMix(weights, seed=seed, env_kwargs=env_kwargs)
@@ -106,6 +106,9 @@ class Trainer:
             _load_weights(model, resume_from)
         if tokenizer is None:
             raise CascadeError("Trainer: a model passed in needs its tokenizer too")
+        self.rollout_model = model
+        """What the rollout engine generates with: the training model itself, except in a sharded run."""
+        model = self._prepare_model(model)
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":
@@ -121,15 +124,16 @@ class Trainer:
             eps=o.eps,
             weight_decay=o.weight_decay,
         )
-        self.engine = engine or make_engine(config.rollout, model, tokenizer)
+        self.engine = engine or make_engine(config.rollout, self.rollout_model, tokenizer)
         self.builder = BatchBuilder(
             self.engine,
             self.mix,
             make_estimator(self.strategy.advantage, config.rollout),
             config.rollout,
-            results_path=self.output_dir / "rollouts.jsonl" if config.train.save_rollouts else None,
+            results_path=self._log_dir() / "rollouts.jsonl" if config.train.save_rollouts else None,
+            play=self._play,
         )
-        self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)
+        self.logger = MetricsLogger(self._log_dir(), tensorboard=config.train.tensorboard and self.rank == 0)
         self.step = 0
         self.last_checkpoint: Path | None = None
         self.resumed_from: Path | None = None
@@ -137,6 +141,53 @@ class Trainer:
         """Held-out scores (``heldout:`` in the config): ``base`` before the first step, ``trained`` after the last."""
         if resume is not None:
             self._restore(*resume)
+
+    # ----- the data-parallel seam: a sharded run (``trainer/parallel``) overrides these ---------------
+
+    rank = 0
+    """This process's data-parallel rank (0 in a single-process run)."""
+    _play: Any = None
+    """How the batch builder plays a round's prompts (``None``: all of them, here)."""
+
+    def _prepare_model(self, model: Any) -> Any:
+        """The model to train, from the loaded one (``rollout_model`` is set); a sharded run shards it."""
+        return model
+
+    def _log_dir(self) -> Path:
+        return self.output_dir
+
+    def _train_slice(self, sequences: list[TrainSequence]) -> list[TrainSequence]:
+        """The sequences this process trains on (all of them, here)."""
+        return sequences
+
+    def _micro_batches(self, sequences: list[TrainSequence]) -> list[list[int]]:
+        """Index lists of the micro-batches; an empty list is a pass that only keeps ranks in step."""
+        return micro_batches(sequences, self.config.optim.micro_batch_size)
+
+    def _idle_pass(self) -> None:
+        raise AssertionError("a single-process run has no idle micro-batch")
+
+    def _reduce(self, sums: dict[str, float]) -> dict[str, float]:
+        """Metric sums over the whole batch (a sharded run adds up every rank's)."""
+        return sums
+
+    def _clip_grad_norm(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        return float(torch.nn.utils.clip_grad_norm_(params, self.config.optim.max_grad_norm))
+
+    def _sync_engine(self) -> None:
+        self.engine.sync_weights(self.model)
+
+    def _load_optimizer(self, path: Path, state: dict[str, Any]) -> None:
+        if ckpt.is_sharded(state):  # written by a sharded run: the optimizer state is in its shards
+            from .parallel.dcp import load_unsharded
+
+            load_unsharded(path / ckpt.SHARDED_DIR, self.model, self.optimizer)
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+
+    def _restore_rng(self, path: Path, state: dict[str, Any]) -> None:
+        ckpt.set_rng_state(state["rng"])
 
     # ----- setup ---------------------------------------------------------------------------------
 
@@ -192,12 +243,12 @@ class Trainer:
         return None
 
     def _restore(self, path: Path, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._load_optimizer(path, state)
         self.mix.load_state_dict(state["mix"])
         if "batch" in state:  # checkpoints written before adaptive oversampling have no keep-rate estimate
             self.builder.load_state_dict(state["batch"])
         self.step = int(state["step"])
-        ckpt.set_rng_state(state["rng"])
+        self._restore_rng(path, state)
         self.logger.truncate_after(self.step)
         self.last_checkpoint = self.resumed_from = path
         log.info("resumed from step %d (%s)", self.step, path)
@@ -306,7 +357,7 @@ class Trainer:
             self.engine.sleep()  # e.g. vLLM sleep mode frees the engine's GPU memory for training
             metrics.update(self._optimize(batch, step))
             sync_start = time.perf_counter()
-            self.engine.sync_weights(self.model)
+            self._sync_engine()
             metrics["time/sync_s"] = time.perf_counter() - sync_start
         metrics["time/step_s"] = time.perf_counter() - start
         self.step = step
@@ -322,13 +373,16 @@ class Trainer:
             group["lr"] = lr
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        sequences = batch.sequences
+        sequences = self._train_slice(batch.sequences)
         scores, metrics = self._score(sequences)
-        n_tokens = sum(seq.trained_tokens for seq in sequences)
-        n_sequences = sum(1 for seq in sequences if seq.trained_tokens)
+        n_tokens = sum(seq.trained_tokens for seq in batch.sequences)  # the whole step's, on every rank
+        n_sequences = sum(1 for seq in batch.sequences if seq.trained_tokens)
         sums: dict[str, float] = {}
         loss_sum = entropy_sum = mismatch_sum = mismatch_n = 0.0
-        for part in micro_batches(sequences, o.micro_batch_size):
+        for part in self._micro_batches(sequences):
+            if not part:
+                self._idle_pass()
+                continue
             rows = [sequences[i] for i in part]
             mb = collate(rows, self.pad_id, self.device)
             tensors = {
@@ -356,10 +410,17 @@ class Trainer:
             d, n = _logprob_mismatch(logp.detach(), mb.response_mask, tensors["inference"])
             mismatch_sum, mismatch_n = mismatch_sum + d, mismatch_n + n
             del logp, entropy, loss, inputs
+        sums = self._reduce(sums)
+        totals = self._reduce({"loss": loss_sum, "entropy": entropy_sum, "d": mismatch_sum, "n": mismatch_n})
+        loss_sum, entropy_sum, mismatch_sum, mismatch_n = (
+            totals["loss"],
+            totals["entropy"],
+            totals["d"],
+            totals["n"],
+        )
         if not math.isfinite(loss_sum):
             self._fail(step, f"the loss is {loss_sum}")
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.max_grad_norm))
+        grad_norm = self._clip_grad_norm()
         if not math.isfinite(grad_norm):
             self._fail(step, f"the gradient norm is {grad_norm}")
         self.optimizer.step()

@@ -21,6 +21,8 @@ class TrainSequence:
     """Log-probabilities the inference engine gave the response tokens (0 where ``loss_mask`` is 0)."""
     loss_mask: list[int] | None = None
     """1 on tokens the policy sampled, 0 on env/template tokens; ``None`` means all 1."""
+    group: int = -1
+    """The index of its group in the step's batch (``-1``: none); a sharded run never splits a group."""
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:

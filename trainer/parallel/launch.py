@@ -1,0 +1,147 @@
+"""Starting a sharded run: ``cascade-envs train --nproc N`` runs torchrun, whose workers run ``run_rank``.
+
+``run_rank(config)`` is the per-rank entry point, and its name and signature are stable: torchrun's
+workers call it through ``main`` (``python -m cascade_envs.trainer.parallel.launch``), and a Ray
+trainer worker calls it after setting ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
+``MASTER_PORT`` (one worker per rank, in a placement group).
+
+torchrun runs with ``--max-restarts 0``: when a rank dies, torchrun stops the others and ``launch``
+prints one line naming the last good checkpoint (rerunning the same command resumes from it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+from typing import Any
+
+from ...core import CascadeError
+from .. import checkpoint as ckpt
+from ..config import Config, ConfigError
+
+log = logging.getLogger("cascade_envs.trainer")
+
+
+def run_rank(config: Config, source: str = "a config") -> list[dict[str, Any]]:
+    """Train ``config`` as this process's rank of a sharded run; returns the run's metrics history.
+
+    Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` (torchrun sets
+    them; a Ray worker must), joins the process group (NCCL on GPU, gloo on CPU; every collective
+    bounded by ``train.collective_timeout_s``), trains to ``train.steps`` and leaves the group. Rank 0
+    prints the run's summary. A failure raises ``CascadeError`` with one line that names the last
+    good checkpoint. ``WORLD_SIZE`` must equal ``train.world_size``.
+    """
+    import torch.distributed as dist
+
+    from .ranks import RankEnv, RankError, Ranks, init_process_group
+    from .trainer import ShardedTrainer
+
+    env = RankEnv.from_environ()
+    if env.world_size != config.train.world_size:
+        raise ConfigError(
+            f"WORLD_SIZE is {env.world_size} but train.world_size is {config.train.world_size}; start "
+            f"{config.train.world_size} ranks or set train.world_size={env.world_size}"
+        )
+    init_process_group(env, config.train.collective_timeout_s)
+    trainer = None
+    try:
+        ranks = Ranks(config.train.collective_timeout_s)
+        if ranks.is_main:
+            print(
+                f"cascade-envs train: {config.name} from {source} on {env.world_size} ranks", file=sys.stderr
+            )
+        trainer = ShardedTrainer(config, ranks)
+        try:
+            history = trainer.train()
+        finally:
+            trainer.close()
+        if ranks.is_main:
+            _summary(trainer, history)
+        return history
+    except RankError as exc:
+        raise RankError(f"{exc}; {_last_good(config)}") from exc
+    finally:
+        dist.destroy_process_group()
+
+
+def _last_good(config: Config) -> str:
+    latest = ckpt.latest_checkpoint(config.train.output_dir)
+    if latest is None:
+        return "no checkpoint was written yet"
+    return f"the last good checkpoint is {latest} (run the same command again to resume from it)"
+
+
+def _summary(trainer: Any, history: list[dict[str, Any]]) -> None:
+    from ..metrics import reward_table
+
+    print(reward_table(history))
+    print(f"metrics: {trainer.logger.path}")
+    if trainer.last_checkpoint:
+        print(f"checkpoint: {trainer.last_checkpoint}")
+
+
+WORKER = "cascade_envs.trainer.parallel.launch"
+
+
+def torchrun_command(
+    nproc: int, config_path: str | None, overrides: list[str], worker: str = WORKER
+) -> list[str]:
+    """The torchrun command line of a sharded run on this machine (``worker``: the module each rank runs)."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "--max-restarts=0",
+        "-m",
+        worker,
+    ]
+    if config_path is not None:
+        command.append(config_path)
+    for text in overrides:
+        command += ["--set", text]
+    return command
+
+
+def launch(config: Config, config_path: str | None, overrides: list[str], worker: str = WORKER) -> int:
+    """Run ``train.world_size`` ranks with torchrun and wait; returns its exit code."""
+    command = torchrun_command(config.train.world_size, config_path, overrides, worker)
+    env = {**os.environ}
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // config.train.world_size)))
+    code = subprocess.run(command, env=env, check=False).returncode
+    if code != 0:
+        print(
+            f"cascade-envs train: a rank failed (torchrun exit code {code}, its error is above); training "
+            f"stopped, {_last_good(config)}",
+            file=sys.stderr,
+        )
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A torchrun worker: ``python -m cascade_envs.trainer.parallel.launch [CONFIG] [--set K=V ...]``."""
+    parser = argparse.ArgumentParser(prog="cascade_envs.trainer.parallel.launch")
+    parser.add_argument("config", nargs="?")
+    parser.add_argument("--set", action="append", default=[])
+    args = parser.parse_args(argv)
+    from ..cascade import find_config
+    from ..checks import load_config
+    from ..cli import _setup
+
+    _setup()
+    rank = os.environ.get("RANK", "?")
+    try:
+        config = load_config(find_config(args.config) if args.config else None, args.set)
+        run_rank(config, args.config or "the embedded default config")
+    except CascadeError as exc:
+        print(f"rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
