@@ -54,6 +54,10 @@ def train_main(
         run_pipeline(path, overrides, from_stage)
         return 0
     config = load_config(path, overrides)
+    if config.train.world_size > 1 and config.train.launcher == "ray":
+        from .ray_ranks import launch_on_ray
+
+        return launch_on_ray(config, str(path) if path else None, overrides)
     if config.train.world_size > 1:
         from .parallel.launch import launch
 

@@ -165,6 +165,9 @@ class TrainConfig(Section):
     world_size: int = 1
     """Data-parallel ranks (``trainer/parallel``): above 1, ``cascade-envs train`` starts that many
     processes with torchrun and shards the model over them with FSDP2."""
+    launcher: Literal["torchrun", "ray"] = "torchrun"
+    """Sharded runs: ``torchrun`` (this machine) or ``ray`` (one worker per rank in a placement group of
+    the cluster at ``ray.address``, a local one when unset: ``trainer/ray_ranks.py``)."""
     cpu_offload: bool = False
     """Sharded runs: keep the parameter shards and optimizer state in CPU memory (FSDP2 CPU offload)."""
     collective_timeout_s: float = 600.0

@@ -120,6 +120,11 @@ class RayEngine:
         self.settings = s = RaySettings.parse(kwargs)
         self.folder = str(model_folder(model))
         self.rank = trainer_rank()
+        if self.rank > 0 and s.address == "local" and not _ray_initialized():
+            raise CascadeError(
+                "rollout.engine: ray on several ranks needs every rank on one Ray cluster: set "
+                "rollout.engine_kwargs.address: auto (a running cluster) or train.launcher: ray"
+            )
         self._ray = ray = session.connect(s.address)
         self._session = session
         self.gpus = ray.cluster_resources().get("GPU", 0) > 0
@@ -318,6 +323,12 @@ class RayEngine:
 
                 placement.remove(self.group)
         self._session.release()
+
+
+def _ray_initialized() -> bool:
+    import ray
+
+    return bool(ray.is_initialized())
 
 
 def _first_line(exc: BaseException) -> str:

@@ -15,7 +15,9 @@ failed, on which node, and why, in one line. The whole run has a time bound (``t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import os
 import runpy
 import socket
@@ -50,18 +52,38 @@ class RankWorker:
         """This node's address and a port free on it (rank 0's rendezvous)."""
         return free_port()
 
-    def run(self, entry: str, args: list[str], env: dict[str, str]) -> Any:
+    def run(self, entry: str, args: list[Any], env: dict[str, str]) -> Any:
         os.environ.update(env)
         module, _, function = entry.partition(":")
         if function:
             return getattr(importlib.import_module(module), function)(*args)
         sys.argv = [module, *args]
+        tail = _Tail(sys.stderr)
         try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            with contextlib.redirect_stderr(tail):
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
         except SystemExit as exc:
             if exc.code not in (None, 0):
-                raise RuntimeError(f"{module} exited with {exc.code}") from None
+                said = f": {tail.last}" if tail.last else ""
+                raise RuntimeError(f"{module} exited with {exc.code}{said}") from None
         return 0
+
+
+class _Tail(io.TextIOBase):
+    """A stderr that passes everything on and keeps the last non-empty line (a rank's error line)."""
+
+    def __init__(self, stream: Any):
+        self.stream, self.last, self._partial = stream, "", ""
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        self.last = next((line.strip() for line in reversed(lines) if line.strip()), self.last)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def rank_environments(
@@ -91,17 +113,20 @@ def rank_environments(
 def launch_ranks(
     entry: str,
     world_size: int,
-    args: Sequence[str] = (),
+    args: Sequence[Any] = (),
     *,
     address: str | None = "local",
     num_cpus: float = 1,
     gpus: bool | None = None,
     placement_strategy: str = "PACK",
     env: dict[str, str] | None = None,
-    timeout_s: float = 3600.0,
+    timeout_s: float | None = 3600.0,
     ready_timeout_s: float = 300.0,
 ) -> list[Any]:
-    """Run ``entry`` on ``world_size`` Ray-placed ranks; the ranks' results in rank order (see the module)."""
+    """Run ``entry`` on ``world_size`` Ray-placed ranks; the ranks' results in rank order (see the module).
+
+    ``timeout_s`` bounds the whole run (``None``: no bound; a training run's collectives have their own).
+    """
     from cascade_envs.distributed import placement, session
 
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
@@ -141,17 +166,18 @@ def launch_ranks(
 
 
 def _get_all(
-    ray: Any, refs: list[Any], timeout_s: float, what: str, infos: list[dict[str, Any]] | None
+    ray: Any, refs: list[Any], timeout_s: float | None, what: str, infos: list[dict[str, Any]] | None
 ) -> list[Any]:
     """Every result, failing at the first rank that fails (``RankFailed`` naming it)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pending = list(refs)
     while pending:
-        done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done, pending = ray.wait(pending, num_returns=1, timeout=left)
         if not done:
             late = [refs.index(r) for r in pending]
             raise RankFailed(
-                f"trainer rank(s) {late} did not finish {what} within {timeout_s:g} s; all ranks stopped"
+                f"trainer rank(s) {late} did not finish {what} within {timeout_s} s; all ranks stopped"
             )
         rank = refs.index(done[0])
         where = f" ({infos[rank]['host']}, pid {infos[rank]['pid']})" if infos else ""
@@ -171,3 +197,28 @@ def _get_all(
 def _last_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[-1] if lines else type(exc).__name__
+
+
+def launch_on_ray(
+    config: Any,
+    config_path: str | None,
+    overrides: list[str],
+    worker: str | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
+    """``cascade-envs train`` with ``train.launcher: ray``: ``train.world_size`` ranks on the Ray cluster of
+    ``ray.address`` (a local one when unset), each running the torchrun worker module; the exit code."""
+    from .parallel.launch import WORKER, _last_good
+
+    argv = [config_path] if config_path is not None else []
+    for text in overrides:
+        argv += ["--set", text]
+    address = config.ray.address or "local"
+    try:
+        launch_ranks(
+            worker or WORKER, config.train.world_size, argv, address=address, env=env, timeout_s=None
+        )
+    except RankFailed as exc:
+        print(f"cascade-envs train: {exc}; training stopped, {_last_good(config)}", file=sys.stderr)
+        return 1
+    return 0
