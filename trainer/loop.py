@@ -360,6 +360,8 @@ class Trainer:
             self._sync_engine()
             metrics["time/sync_s"] = time.perf_counter() - sync_start
         metrics["time/step_s"] = time.perf_counter() - start
+        if torch.cuda.is_available():  # this process's peak, the in-process vLLM engine included
+            metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
         self.step = step
         self.logger.log(step, metrics)
         return metrics

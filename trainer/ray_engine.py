@@ -58,7 +58,8 @@ class RaySettings:
     num_cpus: float = 1
     placement_strategy: str = "PACK"
     weight_sync: Literal["auto", "object_store", "collective"] = "auto"
-    """``auto``: ``collective`` (NCCL) on GPU, ``object_store`` on CPU."""
+    """``auto``: ``collective`` (NCCL) for engines on GPUs of their own, else ``object_store`` (CPU, and
+    colocated engines: NCCL cannot put two ranks of one group on one GPU; CUDA IPC is not done yet)."""
     bucket_mb: float = 256
     call_timeout_s: float = 600.0
     sync_timeout_s: float = 600.0
@@ -101,6 +102,11 @@ class RaySettings:
             raise CascadeError(f"{where}.tensor_parallel_size: the hf backend has none; use backend: vllm")
         if not 0 < self.gpu_fraction <= 1:
             raise CascadeError(f"{where}.gpu_fraction must be in (0, 1], got {self.gpu_fraction!r}")
+        if self.colocate and self.weight_sync == "collective":
+            raise CascadeError(
+                f"{where}.weight_sync: collective (NCCL) cannot reach an engine on the trainer's own GPU; "
+                "use object_store (or auto) with colocate"
+            )
         if self.colocate and self.tensor_parallel_size > 1:
             raise CascadeError(f"{where}: colocate shares one GPU per engine; tensor_parallel_size must be 1")
 
@@ -129,7 +135,9 @@ class RayEngine:
         self._session = session
         self.gpus = ray.cluster_resources().get("GPU", 0) > 0
         self.transport = (
-            s.weight_sync if s.weight_sync != "auto" else ("collective" if self.gpus else "object_store")
+            s.weight_sync
+            if s.weight_sync != "auto"
+            else ("collective" if self.gpus and not s.colocate else "object_store")
         )
         inner = dict(s.engine_kwargs)
         if s.backend == "vllm":

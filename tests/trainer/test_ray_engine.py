@@ -167,6 +167,7 @@ def test_a_trainer_step_syncs_the_ray_engines(local_ray, make_config):
         ({"tensor_parallel_size": 2}, "the hf backend has none"),
         ({"backend": "vllm", "tensor_parallel_size": 2, "colocate": True}, "tensor_parallel_size must be 1"),
         ({"weight_sync": "nfs"}, "weight_sync must be"),
+        ({"colocate": True, "weight_sync": "collective"}, "cannot reach an engine on the trainer's own GPU"),
         ({"call_timeout_s": 0}, "call_timeout_s must be a positive number"),
         ({"num_engines": 0}, "num_engines must be a whole number"),
     ],
