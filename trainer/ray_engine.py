@@ -177,7 +177,7 @@ class RayEngine:
             "rollout engines on Ray: %s",
             ", ".join(f"{w['host']}:{w['pid']} ({w['device']})" for w in self.where),
         )
-        if self.rank == 0 and not isinstance(model, str):
+        if hasattr(model, "named_parameters"):  # every rank: a sharded parameter is gathered collectively
             self.sync_weights(model)
 
     def _attach(self, name: str) -> Any:
