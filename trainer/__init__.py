@@ -7,7 +7,8 @@ plugin's), ``advantages`` (advantage estimators by name), ``losses`` (the loss f
 loading), ``engine`` (rollout engines), ``batch`` (rollouts -> training batch with dynamic filtering),
 ``sequence``, ``model`` (loading, micro-batched log-probs), ``loop`` (the ``Trainer``), ``run``,
 ``checkpoint``, ``metrics``, ``cascade``/``cascade_run`` (pipelines), ``evaluation``, ``cli``
-(``cascade-envs train``). Importing this package imports nothing heavy.
+(``cascade-envs train``), ``parallel`` (sharded data-parallel training: FSDP2, DCP checkpoints,
+torchrun). Importing this package imports nothing heavy.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from .._extras import require
@@ -59,8 +60,11 @@ def train_main(
 
         return launch_on_ray(config, str(path) if path else None, overrides)
     if config.train.world_size > 1:
-        from .parallel.launch import launch
+        from .parallel.launch import launch, run_rank
 
+        if "RANK" in os.environ:  # a rank that torchrun (started by launch) runs
+            run_rank(config, str(path) if path else "the embedded default config")
+            return 0
         return launch(config, str(path) if path else None, overrides)
     run_training(config, str(path) if path else "the embedded default config")
     return 0

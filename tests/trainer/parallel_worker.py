@@ -1,14 +1,13 @@
 """One rank of a sharded test run, started by torchrun from ``test_parallel.py``.
 
-``python -m tests.trainer.parallel_worker [CONFIG] [--set K=V ...]``: the toy envs registered, then
-``launch.main`` (what ``cascade-envs train --nproc N`` runs on each rank). Test-only switches, from the
-environment: ``TEST_KILL_AT=RANK:STEP`` kills that rank (SIGKILL) as it starts that step;
-``TEST_RANK1_SET=K=V`` gives rank 1 one more override (ranks that disagree on the config).
+``python -m tests.trainer.parallel_worker train [CONFIG] [--set K=V ...]``: the toy envs registered, then
+the ``cascade-envs`` command line (what ``cascade-envs train --nproc N`` runs on each rank). Test-only switches, from the
+environment: ``TEST_KILL_AT=RANK:STEP`` kills that rank (SIGKILL) as it starts that step.
 
 ``python -m tests.trainer.parallel_worker --steps SPEC OUT``: one optimizer step on each fixed batch
 that ``SPEC`` (JSON: a list of ``{"name", "config", "batch"}``) describes, then a trainer whose config
-differs on rank 1; rank 0 writes the updated weights and the step's metrics of each, and the error of
-the last (``disagree``), to ``OUT`` (``torch.save``).
+differs on rank 1 and a collective that rank 1 answers too late; rank 0 writes the updated weights and
+the step's metrics of each, and the errors of the last two (``disagree``, ``timeout``), to ``OUT``.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ import json
 import os
 import signal
 import sys
+import time
+from datetime import timedelta
 from typing import Any
 
 
@@ -68,7 +69,7 @@ def run_steps(spec_path: str, out: str) -> int:
     from cascade_envs.trainer.checks import config_from_dict
     from cascade_envs.trainer.config import ConfigError
     from cascade_envs.trainer.parallel.fsdp import full_state_dict
-    from cascade_envs.trainer.parallel.ranks import RankEnv, Ranks, init_process_group
+    from cascade_envs.trainer.parallel.ranks import RankEnv, RankError, Ranks, init_process_group
     from cascade_envs.trainer.parallel.trainer import ShardedTrainer
 
     with open(spec_path, encoding="utf-8") as f:
@@ -93,6 +94,17 @@ def run_steps(spec_path: str, out: str) -> int:
         results["disagree"] = "no error"
     except ConfigError as exc:
         results["disagree"] = str(exc)
+    # a rank that stops answering: rank 1 sleeps past the bound of a 3-second group
+    short = Ranks(3, group=torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=3)))
+    started = time.monotonic()
+    try:
+        if short.rank == 1:
+            time.sleep(6)
+        short.gather(1, "a test value")
+        results["timeout"] = "no error"
+    except RankError as exc:
+        results["timeout"] = str(exc)
+    results["timeout_s"] = time.monotonic() - started
     if ranks.is_main:
         torch.save(results, out)
     torch.distributed.destroy_process_group()
@@ -107,12 +119,9 @@ def main() -> int:
         return run_steps(sys.argv[2], sys.argv[3])
     _kill_switch()
     args = sys.argv[1:]
-    extra = os.environ.get("TEST_RANK1_SET")
-    if extra and os.environ.get("RANK") == "1":
-        args += ["--set", extra]
-    from cascade_envs.trainer.parallel.launch import main as rank_main
+    from cascade_envs.cli import main as cli_main
 
-    return rank_main(args)
+    return cli_main(args)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def config_data(model: Path, out: Path, **sections: Any) -> dict[str, Any]:
         "rollout": {"group_size": 4, "prompts_per_step": 4, "max_tokens": 6},
         "optim": {"lr": 3e-3, "micro_batch_size": 4},
         "train": {
-            "steps": 4,
+            "steps": 3,
             "output_dir": str(out),
             "save_every": 1,
             "tensorboard": False,
@@ -98,7 +98,8 @@ def close(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 def test_one_step_on_two_ranks_equals_one_process(model_dir, tmp_path):
     """GRPO, MOPD (eq. 4), and 3 groups on 2 ranks (uneven slices): same weights and metrics as one process;
-    ranks given different configs stop with one line naming the keys."""
+    ranks given different configs stop with one line naming the keys; a collective a rank does not
+    answer fails at its timeout with one line."""
     teacher = save_tiny(tmp_path / "teacher", seed=2)
     mopd = {
         "algorithm": "mopd",
@@ -162,7 +163,14 @@ def test_one_step_on_two_ranks_equals_one_process(model_dir, tmp_path):
                 name,
             )
         assert metrics["train/grad_norm"] > 0
-    assert "rank(s) 1 differ from rank 0 in optim.lr" in results["disagree"]
+    assert (
+        "the ranks disagree on the config: rank(s) 1 differ from rank 0 in optim.lr;" in results["disagree"]
+    )
+    assert (
+        "rank 0: exchanging a test value failed: another rank stopped or did not answer within"
+        in results["timeout"]
+    )
+    assert results["timeout_s"] < 6
 
 
 def test_runs_resume_across_world_sizes_and_a_killed_rank_names_the_last_checkpoint(
@@ -175,11 +183,9 @@ def test_runs_resume_across_world_sizes_and_a_killed_rank_names_the_last_checkpo
     code, _ = run_ranks(straight, tmp_path / "a")
     assert code == 0
     killed = config_data(model_dir, tmp_path / "killed")
-    os.environ["TEST_KILL_AT"] = "1:3"
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TEST_KILL_AT", "1:3")
         code, seconds = run_ranks(killed, tmp_path / "b")
-    finally:
-        del os.environ["TEST_KILL_AT"]
     err = capfd.readouterr().err
     last = tmp_path / "killed" / "checkpoints" / "step_000002"
     assert code != 0 and seconds < 120
@@ -190,7 +196,7 @@ def test_runs_resume_across_world_sizes_and_a_killed_rank_names_the_last_checkpo
     assert code == 0
     assert history(tmp_path / "killed") == history(tmp_path / "straight")
     final = {
-        n: ckpt.checkpoint_dir(tmp_path / r) / "step_000004" for n, r in (("a", "straight"), ("b", "killed"))
+        n: ckpt.checkpoint_dir(tmp_path / r) / "step_000003" for n, r in (("a", "straight"), ("b", "killed"))
     }
     for a, b in zip(sorted(final["a"].rglob("*.*")), sorted(final["b"].rglob("*.*")), strict=True):
         if a.suffix in (".safetensors", ".distcp"):
@@ -200,10 +206,10 @@ def test_runs_resume_across_world_sizes_and_a_killed_rank_names_the_last_checkpo
     one = config_data(
         model_dir,
         tmp_path / "killed",
-        train={**straight["train"], "world_size": 1, "steps": 5, "output_dir": str(tmp_path / "killed")},
+        train={**straight["train"], "world_size": 1, "steps": 4, "output_dir": str(tmp_path / "killed")},
     )
     trainer = Trainer(config_from_dict(one))
-    assert trainer.resumed_from == final["b"] and trainer.step == 4
+    assert trainer.resumed_from == final["b"] and trainer.step == 3
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
@@ -218,20 +224,20 @@ def test_runs_resume_across_world_sizes_and_a_killed_rank_names_the_last_checkpo
     assert len(state) == len(names)
     for i, name in enumerate(names):
         assert torch.equal(state[i]["exp_avg_sq"], flat[name]["exp_avg_sq"]), name
-    assert trainer.train()[-1]["step"] == 5
+    assert trainer.train()[-1]["step"] == 4
     trainer.close()
 
-    # 1 -> 2: one process trains 2 steps; 2 ranks resume its checkpoint and train steps 3-4
+    # 1 -> 2: one process trains 1 step; 2 ranks resume its checkpoint and train steps 2-3
     single = config_data(
         model_dir,
         tmp_path / "single",
-        train={**straight["train"], "world_size": 1, "steps": 2, "output_dir": str(tmp_path / "single")},
+        train={**straight["train"], "world_size": 1, "steps": 1, "output_dir": str(tmp_path / "single")},
     )
     Trainer(config_from_dict(single)).train()
     code, _ = run_ranks(config_data(model_dir, tmp_path / "single"), tmp_path / "c")
     assert code == 0
-    assert [h["step"] for h in history(tmp_path / "single")] == [1, 2, 3, 4]
-    assert "resumed from step 2" in capfd.readouterr().err
+    assert [h["step"] for h in history(tmp_path / "single")] == [1, 2, 3]
+    assert "resumed from step 1" in capfd.readouterr().err
 
 
 def test_too_many_ranks_is_refused_at_config_time(model_dir, tmp_path):
@@ -243,3 +249,70 @@ def test_too_many_ranks_is_refused_at_config_time(model_dir, tmp_path):
     )
     with pytest.raises(ConfigError, match=r"train.world_size 3 is above rollout.prompts_per_step 2"):
         config_from_dict(data)
+
+
+def test_a_checkpoint_of_another_model_is_refused_with_one_line(model_dir, tmp_path, monkeypatch):
+    """run_rank in this process as a world of one (the entry a Ray worker calls)."""
+    import socket
+
+    from cascade_envs.trainer.parallel.launch import run_rank
+
+    out = tmp_path / "run"
+    single = config_data(model_dir, out, train={"world_size": 1, "steps": 1, "output_dir": str(out)})
+    Trainer(config_from_dict(single)).train()
+    other = save_tiny(tmp_path / "other", seed=5)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {
+        "RANK": 0,
+        "WORLD_SIZE": 1,
+        "LOCAL_RANK": 0,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": port,
+    }.items():
+        monkeypatch.setenv(key, str(value))
+    data = config_data(other, out, train={**single["train"], "steps": 2})
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=rf"checkpoint {out}/checkpoints/step_000001 was trained from model {model_dir}, but model.path is {other}",
+    ):
+        run_rank(config_from_dict(data))
+    assert not torch.distributed.is_initialized()
+
+
+def test_nproc_sets_the_world_size_and_starts_torchrun(model_dir, tmp_path, monkeypatch):
+    """``cascade-envs train CONFIG --nproc 2`` launches 2 ranks running the same command line."""
+    from cascade_envs.cli import main
+    from cascade_envs.trainer.parallel import launch as launch_module
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(
+        launch_module.subprocess,
+        "run",
+        lambda command, **kw: calls.append(command) or subprocess.CompletedProcess(command, 0),
+    )
+    monkeypatch.delenv("RANK", raising=False)
+    data = config_data(model_dir, tmp_path / "run")
+    data["train"]["world_size"] = 1
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert main(["train", str(path), "--set", "optim.lr=0.001", "--nproc", "2"]) == 0
+    (command,) = calls
+    assert command[1:6] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "--max-restarts=0",
+    ]
+    assert command[6:] == [
+        "-m",
+        "cascade_envs.cli",
+        "train",
+        str(path),
+        "--set",
+        "optim.lr=0.001",
+        "--set",
+        "train.world_size=2",
+    ]

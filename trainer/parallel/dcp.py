@@ -31,16 +31,15 @@ def save_sharded(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> 
 
 def _load(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> None:
     model_state, optim_state = get_state_dict(model, optimizer)  # allocates the optimizer state to load into
-    state = {"model": model_state, "optim": optim_state}
     try:
-        dcp.load(state, checkpoint_id=str(folder))
+        dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder))  # in place
     except Exception as exc:  # DCP raises CheckpointException / RuntimeError with every rank's traceback
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise CascadeError(
             f"checkpoint {folder.parent} does not fit this model ({first}); it was written for another model, "
             "so point model.path at the model it was trained from or use another output_dir"
         ) from exc
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
 def load_sharded(folder: Path, model: Any, optimizer: torch.optim.Optimizer) -> None:

@@ -48,7 +48,7 @@ def shard_model(
     return model
 
 
-def full_state_dict(model: Any) -> dict[str, torch.Tensor]:
+def full_state_dict(model: Any) -> dict[str, Any]:
     """The unsharded weights on every rank (a collective: every rank calls it)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

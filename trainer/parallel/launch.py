@@ -1,9 +1,9 @@
 """Starting a sharded run: ``cascade-envs train --nproc N`` runs torchrun, whose workers run ``run_rank``.
 
 ``run_rank(config)`` is the per-rank entry point, and its name and signature are stable: torchrun's
-workers call it through ``main`` (``python -m cascade_envs.trainer.parallel.launch``), and a Ray
-trainer worker calls it after setting ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
-``MASTER_PORT`` (one worker per rank, in a placement group).
+workers run the same ``cascade-envs train`` command line, which calls it when ``RANK`` is set, and
+a Ray trainer worker calls it after setting ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``
+and ``MASTER_PORT`` (one worker per rank, in a placement group).
 
 torchrun runs with ``--max-restarts 0``: when a rank dies, torchrun stops the others and ``launch``
 prints one line naming the last good checkpoint (rerunning the same command resumes from it).
@@ -11,18 +11,13 @@ prints one line naming the last good checkpoint (rerunning the same command resu
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import subprocess
 import sys
 from typing import Any
 
-from ...core import CascadeError
 from .. import checkpoint as ckpt
 from ..config import Config, ConfigError
-
-log = logging.getLogger("cascade_envs.trainer")
 
 
 def run_rank(config: Config, source: str = "a config") -> list[dict[str, Any]]:
@@ -54,6 +49,8 @@ def run_rank(config: Config, source: str = "a config") -> list[dict[str, Any]]:
                 f"cascade-envs train: {config.name} from {source} on {env.world_size} ranks", file=sys.stderr
             )
         trainer = ShardedTrainer(config, ranks)
+        if ranks.is_main and trainer.resumed_from is not None:
+            print(f"resumed from step {trainer.step} ({trainer.resumed_from})", file=sys.stderr)
         try:
             history = trainer.train()
         finally:
@@ -83,7 +80,8 @@ def _summary(trainer: Any, history: list[dict[str, Any]]) -> None:
         print(f"checkpoint: {trainer.last_checkpoint}")
 
 
-WORKER = "cascade_envs.trainer.parallel.launch"
+WORKER = "cascade_envs.cli"
+"""The module each rank runs (``python -m WORKER train CONFIG --set ...``)."""
 
 
 def torchrun_command(
@@ -99,6 +97,7 @@ def torchrun_command(
         "--max-restarts=0",
         "-m",
         worker,
+        "train",
     ]
     if config_path is not None:
         command.append(config_path)
@@ -120,28 +119,3 @@ def launch(config: Config, config_path: str | None, overrides: list[str], worker
             file=sys.stderr,
         )
     return code
-
-
-def main(argv: list[str] | None = None) -> int:
-    """A torchrun worker: ``python -m cascade_envs.trainer.parallel.launch [CONFIG] [--set K=V ...]``."""
-    parser = argparse.ArgumentParser(prog="cascade_envs.trainer.parallel.launch")
-    parser.add_argument("config", nargs="?")
-    parser.add_argument("--set", action="append", default=[])
-    args = parser.parse_args(argv)
-    from ..cascade import find_config
-    from ..checks import load_config
-    from ..cli import _setup
-
-    _setup()
-    rank = os.environ.get("RANK", "?")
-    try:
-        config = load_config(find_config(args.config) if args.config else None, args.set)
-        run_rank(config, args.config or "the embedded default config")
-    except CascadeError as exc:
-        print(f"rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -81,9 +81,11 @@ def group_slice(n: int, world_size: int, rank: int) -> range:
 class Ranks:
     """This rank's view of the group: bounded collectives that fail with one line."""
 
-    def __init__(self, timeout_s: float):
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
+    def __init__(self, timeout_s: float, group: Any = None):
+        """``group``: the process group (default: the run's), created with ``timeout_s`` as its timeout."""
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
         self.timeout_s = timeout_s
 
     @property
@@ -101,7 +103,7 @@ class Ranks:
         """Every rank's ``value`` (picklable), in rank order."""
         out: list[Any] = [None] * self.world_size
         try:
-            dist.all_gather_object(out, value)
+            dist.all_gather_object(out, value, group=self.group)
         except Exception as exc:  # gloo/NCCL raise RuntimeError and its subclasses (DistBackendError, ...)
             raise self._failed(what, exc) from exc
         return out

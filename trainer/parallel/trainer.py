@@ -175,6 +175,18 @@ class ShardedTrainer(Trainer):
         self.last_checkpoint = ckpt.checkpoint_dir(self.output_dir) / f"{ckpt.PREFIX}{self.step:06d}"
         return self.last_checkpoint
 
+    def _find_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
+        found = super()._find_checkpoint()
+        if found is not None:
+            theirs = found[1].get("config", {}).get("model", {}).get("path")
+            if theirs is not None and theirs != self.config.model.path:
+                raise ckpt.CheckpointError(
+                    f"checkpoint {found[0]} was trained from model {theirs}, but model.path is "
+                    f"{self.config.model.path}; resume it with model.path={theirs}, or use another "
+                    "train.output_dir to start over"
+                )
+        return found
+
     def _load_optimizer(self, path: Path, state: dict[str, Any]) -> None:
         if ckpt.is_sharded(state):
             load_sharded(path / ckpt.SHARDED_DIR, self.model, self.optimizer)
