@@ -207,10 +207,11 @@ def launch_on_ray(
     env: dict[str, str] | None = None,
 ) -> int:
     """``cascade-envs train`` with ``train.launcher: ray``: ``train.world_size`` ranks on the Ray cluster of
-    ``ray.address`` (a local one when unset), each running the torchrun worker module; the exit code."""
+    ``ray.address`` (a local one when unset), each running ``cascade-envs train`` as a torchrun worker
+    would (``RANK`` set: ``run_rank``); the exit code."""
     from .parallel.launch import WORKER, _last_good
 
-    argv = [config_path] if config_path is not None else []
+    argv = ["train"] + ([config_path] if config_path is not None else [])
     for text in overrides:
         argv += ["--set", text]
     address = config.ray.address or "local"

@@ -27,7 +27,9 @@ from cascade_envs.trainer.ray_ranks import RankFailed, launch_on_ray, launch_ran
 local_ray = ray_local.local_ray
 pytestmark = pytest.mark.xdist_group("torchrun")  # each launch takes both cores
 ROOT = Path(__file__).resolve().parents[2]
-WORKER = "tests.trainer.parallel_worker"  # launch.main with the toy envs registered (and a kill switch)
+WORKER = (
+    "tests.trainer.parallel_worker"  # the cascade-envs CLI with the toy envs registered (and a kill switch)
+)
 NOISE = ("time/", "throughput/")
 
 
