@@ -58,9 +58,13 @@ def train_main(
     if config.train.world_size > 1:
         from .parallel.launch import launch, run_rank
 
-        if "RANK" in os.environ:  # a rank that torchrun (started by launch) runs
+        if "RANK" in os.environ:  # a rank that torchrun (started by launch) or a Ray worker runs
             run_rank(config, str(path) if path else "the embedded default config")
             return 0
+        if config.train.launcher == "ray":
+            from .ray_ranks import launch_on_ray
+
+            return launch_on_ray(config, str(path) if path else None, overrides)
         return launch(config, str(path) if path else None, overrides)
     run_training(config, str(path) if path else "the embedded default config")
     return 0

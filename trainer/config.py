@@ -21,7 +21,8 @@ from ..mix import parse_mix
 
 WeightDtype = Literal["auto", "float32", "bfloat16", "float16"]
 MixedPrecision = Literal["auto", "bfloat16", "float16", "no"]
-EngineName = Literal["hf", "vllm"]
+EngineName = Literal["hf", "vllm", "ray"]
+TeacherEngineName = Literal["hf", "vllm"]
 Normalization = Literal["response", "token"]
 
 
@@ -164,6 +165,9 @@ class TrainConfig(Section):
     world_size: int = 1
     """Data-parallel ranks (``trainer/parallel``): above 1, ``cascade-envs train`` starts that many
     processes with torchrun and shards the model over them with FSDP2."""
+    launcher: Literal["torchrun", "ray"] = "torchrun"
+    """Sharded runs: ``torchrun`` (this machine) or ``ray`` (one worker per rank in a placement group of
+    the cluster at ``ray.address``, a local one when unset: ``trainer/ray_ranks.py``)."""
     cpu_offload: bool = False
     """Sharded runs: keep the parameter shards and optimizer state in CPU memory (FSDP2 CPU offload)."""
     collective_timeout_s: float = 600.0
@@ -220,11 +224,17 @@ class MOPDConfig(Section):
     teacher_dtype: WeightDtype = "auto"
     """Dtype of the teachers' weights for their forward passes: ``auto`` (bfloat16 on GPU, float32
     on CPU), ``float32``, ``bfloat16``, ``float16``."""
-    teacher_engine: EngineName = "hf"
+    teacher_engine: TeacherEngineName = "hf"
     """How teachers score: ``hf`` (a transformers forward pass of ``logits / rollout.temperature``) or
     ``vllm`` (vLLM prompt logprobs, of the raw distribution: needs ``rollout.temperature`` 0 or 1)."""
     teacher_engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``vllm.LLM`` arguments of every vLLM teacher (``gpu_memory_utilization``, ``max_model_len``...)."""
+    teacher_placement: Literal["local", "ray"] = "local"
+    """``local``: each trainer process loads its teachers; ``ray``: one Ray actor per teacher folder,
+    shared by every rank (``trainer/ray_teacher.py``), for teachers that do not fit beside each rank."""
+    teacher_actor_options: dict[str, Any] = field(default_factory=dict)
+    """Ray ``.options()`` of each teacher actor (``num_cpus``, ``num_gpus``...) plus ``call_timeout_s``
+    and ``ready_timeout_s``."""
 
     def check(self) -> None:
         _number_in("mopd.eps_low", self.eps_low, low=0, high=1, low_open=True)

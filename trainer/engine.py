@@ -7,6 +7,8 @@ the training model's weights after each optimizer step (``sync_weights``). Engin
 - ``hf``: ``HFEngine`` (this module), Hugging Face transformers generation through ``HFPolicy``. When
   it generates with the training model object itself, ``sync_weights`` has nothing to do.
 - ``vllm``: ``VLLMEngine`` (``trainer/vllm_engine.py``), in-process vLLM, weights copied in place.
+- ``ray``: ``RayEngine`` (``trainer/ray_engine.py``), HF or vLLM engines in Ray actors, weights sent
+  bucket by bucket after each step.
 """
 
 from __future__ import annotations
@@ -99,5 +101,9 @@ class HFEngine(RolloutEngine):
 def make_engine(rollout: RolloutConfig, model: Any, tokenizer: Any) -> RolloutEngine:
     """The engine ``rollout.engine`` names, built with ``rollout.engine_kwargs``."""
     engines: dict[str, Any] = {"hf": HFEngine, "vllm": VLLMEngine}
+    if rollout.engine == "ray":
+        from .ray_engine import RayEngine  # Ray itself is imported only when the engine starts
+
+        engines["ray"] = RayEngine
     engine: RolloutEngine = engines[rollout.engine](model, tokenizer, **rollout.engine_kwargs)
     return engine

@@ -339,6 +339,9 @@ class Trainer:
         start = time.perf_counter()
         self.model.eval()
         batch = self.builder.build()
+        failure = getattr(self.engine, "failure", None)
+        if failure:  # e.g. a Ray engine actor died: its episodes were masked, the run cannot go on
+            raise CascadeError(f"step {step}: {failure}")
         metrics: dict[str, Any] = rollout_metrics(batch)
         if batch.empty:
             metrics["skipped"] = True
@@ -357,6 +360,8 @@ class Trainer:
             self._sync_engine()
             metrics["time/sync_s"] = time.perf_counter() - sync_start
         metrics["time/step_s"] = time.perf_counter() - start
+        if torch.cuda.is_available():  # this process's peak, the in-process vLLM engine included
+            metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
         self.step = step
         self.logger.log(step, metrics)
         return metrics
@@ -470,6 +475,12 @@ class Trainer:
         """Close the rollout engine and the mix's envs (their clients and pools)."""
         await self.mix.envs.aclose()
         await self.engine.aclose()
+        from .ray_teacher import RayTeacher
+
+        for source in self.sources.values():  # teacher actors hold Ray resources until killed
+            for scorer in getattr(source, "scorers", {}).values():
+                if isinstance(scorer, RayTeacher):
+                    scorer.close()
 
     def close(self) -> None:
         """Stop the rollout engine's background work (sync wrapper of ``aclose``)."""

@@ -9,7 +9,8 @@ pipeline picks one, and how they are loaded.
   that env, ties to the later one), ``start`` and earlier stages' names into folders;
 - ``load_teachers``: the ``teacher`` log-prob source (``sources.RoutedSource``): each distinct folder
   loaded once, frozen, on the trainer's device, as an ``HFScorer`` (``mopd.teacher_engine: hf``) or a
-  ``VLLMTeacher`` (``vllm``), and refused unless it shares the student's tokenizer (teachers are
+  ``VLLMTeacher`` (``vllm``), in this process or in a shared Ray actor (``mopd.teacher_placement: ray``,
+  ``RayTeacher``), and refused unless it shares the student's tokenizer (teachers are
   earlier checkpoints of the same model, RECIPE.md §MOPD).
 """
 
@@ -195,6 +196,23 @@ def load_teachers(
         if folder in scorers:
             continue
         where = f"{_where(mopd, env_id)} ({path})"
+        if mopd.teacher_placement == "ray":
+            from .ray_teacher import RayTeacher
+
+            remote = RayTeacher(
+                _where(mopd, env_id),
+                folder,
+                engine=mopd.teacher_engine,
+                dtype=dtype,
+                temperature=temperature,
+                micro_batch_size=micro_batch_size,
+                pad_id=pad_id,
+                engine_kwargs=mopd.teacher_engine_kwargs,
+                actor_options=mopd.teacher_actor_options,
+            )
+            check_same_vocabulary(where, remote.vocab_size, remote.tokenizer(), student, student_tokenizer)
+            scorers[folder] = remote
+            continue
         if mopd.teacher_engine == "vllm":
             kwargs = {"dtype": dtype, **mopd.teacher_engine_kwargs}
             teacher = VLLMTeacher(_where(mopd, env_id), folder, temperature=temperature, **kwargs)

@@ -3,7 +3,8 @@
 ``actor_options: {placement_strategy: SPREAD}`` (or ``PACK``, ``STRICT_PACK``, ``STRICT_SPREAD``)
 makes a pool reserve ``{CPU: num_cpus}`` bundles up front (``num_cpus`` of the actor options,
 default 1) and schedule actor ``i`` into bundle ``i``; a replaced actor goes back into its bundle.
-Rollout engines and trainer workers in GPU bundles are not placed here (see the README).
+Rollout engines and trainer ranks (``trainer/ray_engine.py``, ``trainer/ray_ranks.py``) reserve
+their own bundles (GPU and CPU) through ``reserve_bundles``.
 """
 
 from __future__ import annotations
@@ -21,15 +22,29 @@ def reserve(ray: Any, count: int, strategy: Any, num_cpus: float, timeout_s: flo
         raise CascadeError(
             f"actor_options.placement_strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}"
         )
+    return reserve_bundles(
+        ray, [{"CPU": num_cpus}] * count, strategy, timeout_s, "actor_options.placement_strategy"
+    )
+
+
+def reserve_bundles(
+    ray: Any, bundles: list[dict[str, float]], strategy: str, timeout_s: float, what: str
+) -> Any:
+    """A ready placement group of ``bundles`` (e.g. ``{GPU: 1, CPU: 1}``), or a ``CascadeError`` naming ``what``."""
+    if not isinstance(strategy, str) or strategy.upper() not in STRATEGIES:
+        raise CascadeError(
+            f"{what}: placement strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}"
+        )
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    group = placement_group([{"CPU": num_cpus}] * count, strategy=strategy.upper())
+    group = placement_group(bundles, strategy=strategy.upper())
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
         remove_placement_group(group)
+        shape = ", ".join(sorted({str(b) for b in bundles}))
         raise CascadeError(
-            f"actor_options.placement_strategy: {count} bundles of {num_cpus:g} CPU ({strategy.upper()}) could not "
-            f"be reserved within {timeout_s:g} s (cluster resources: {ray.cluster_resources()})"
+            f"{what}: {len(bundles)} bundle(s) of {shape} ({strategy.upper()}) could not be reserved "
+            f"within {timeout_s:g} s (cluster resources: {ray.cluster_resources()})"
         )
     return group
 

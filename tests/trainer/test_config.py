@@ -74,7 +74,7 @@ def test_unknown_key_suggests_the_right_one():
         ("rollout.group_size=2.5", "expected an integer"),
         ("rollout.group_size=1", "at least 2"),
         ("optim.lr=-1", "optim.lr must be a finite number > 0"),
-        ("rollout.engine=tgi", "rollout.engine must be hf or vllm, got 'tgi'"),
+        ("rollout.engine=tgi", "rollout.engine must be hf, vllm or ray, got 'tgi'"),
         ("train.steps", "key.sub=value"),
         ("mix.envs={}", "mix.envs is empty"),
         ("optim.betas=[0.9]", "two numbers"),
@@ -215,7 +215,7 @@ def test_a_config_changed_in_code_is_checked_like_a_file():
 
     config = load_config(None)
     config.rollout.engine = "tgi"
-    with pytest.raises(ConfigError, match=r"rollout\.engine must be hf or vllm, got 'tgi'"):
+    with pytest.raises(ConfigError, match=r"rollout\.engine must be hf, vllm or ray, got 'tgi'"):
         validate(config)
     config.rollout.engine = "hf"
     config.optim.betas = (0.9, 0.99)
