@@ -11,7 +11,9 @@ and its method called. Optional extras, all under ``verifier_metadata``:
   2 presentation error, 3 checker failure, 7 partial);
 - ``time_limit_s`` / ``memory_mb`` per test, ``total_time_s`` per response;
 - ``float_tolerance`` (absolute or relative) for numeric comparison;
-- ``languages``: the languages accepted (default: Python and C++).
+- ``languages``: the languages accepted (default: Python and C++);
+- ``subtasks`` and ``public_tests``: IOI-style groups of the tests with points, and sample tests
+  that never score (``subtasks.py``); the reward is then the fraction of the points earned.
 
 Each limit must be a finite number in its range (``LIMITS``): ``time_limit_s`` 0.01-3600 CPU
 seconds, ``total_time_s`` 0.01-86400 s, ``memory_mb`` a whole number 16-1048576 MiB,
@@ -30,6 +32,7 @@ from typing import Any
 
 from ...core import TaskError
 from ...data import Prompt, decode_json_field
+from .subtasks import Subtask, parse_subtasks
 
 SUPPORTED_LANGUAGES = ("python", "cpp")
 CHECKER_EXIT = {0: "accepted", 1: "wrong answer", 2: "presentation error", 3: "checker failure", 7: "partial"}
@@ -52,6 +55,9 @@ class CodeTask:
     total_time_s: float | None = None
     float_tolerance: float | None = None
     languages: tuple[str, ...] = SUPPORTED_LANGUAGES
+    subtasks: tuple[Subtask, ...] = ()
+    public_inputs: tuple[str, ...] = ()
+    public_outputs: tuple[str, ...] = ()
 
     @property
     def n_tests(self) -> int:
@@ -66,6 +72,17 @@ class CodeProblem:
     prompt: Prompt
     tests: CodeTask
     metadata: dict[str, Any]
+
+    def public(self) -> CodeProblem:
+        """The same problem judged on its public (sample) tests only, all or nothing (for screening)."""
+        if not self.tests.public_inputs:
+            raise TaskError("the task has no public tests", "verifier_metadata.public_tests")
+        tests = {"inputs": list(self.tests.public_inputs), "outputs": list(self.tests.public_outputs)}
+        if self.tests.fn_name:
+            tests["fn_name"] = self.tests.fn_name
+        drop = ("unit_tests", "subtasks", "public_tests")
+        meta = {**{k: v for k, v in self.metadata.items() if k not in drop}, "unit_tests": tests}
+        return CodeProblem(self.prompt, parse_code_task({"verifier_metadata": meta}), meta)
 
 
 def _unit_tests(meta: dict[str, Any]) -> dict[str, Any]:
@@ -118,25 +135,19 @@ def parse_code_task(row: dict[str, Any]) -> CodeTask:
     if not isinstance(meta, dict):
         raise TaskError("missing or not an object", "verifier_metadata")
     tests = _unit_tests(meta)
-    inputs, outputs = tests.get("inputs"), tests.get("outputs")
-    for name, value in (("inputs", inputs), ("outputs", outputs)):
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise TaskError("expected a list of strings", f"verifier_metadata.unit_tests.{name}")
-    assert isinstance(inputs, list) and isinstance(outputs, list)
-    if len(inputs) != len(outputs):
-        raise TaskError(f"{len(inputs)} inputs but {len(outputs)} outputs", "verifier_metadata.unit_tests")
     fn_name = tests.get("fn_name") or None
     if fn_name is not None and (not isinstance(fn_name, str) or not fn_name.isidentifier()):
         raise TaskError("expected a Python identifier", "verifier_metadata.unit_tests.fn_name")
-    if fn_name:
-        for i, (inp, out) in enumerate(zip(inputs, outputs, strict=True)):
-            try:
-                [json.loads(line) for line in inp.split("\n")]
-                json.loads(out)
-            except json.JSONDecodeError as exc:
-                raise TaskError(
-                    f"test {i}: function-call tests need JSON values: {exc}", "verifier_metadata.unit_tests"
-                ) from exc
+    inputs, outputs = _pairs(tests, "verifier_metadata.unit_tests", fn_name)
+    public_inputs: list[str] = []
+    public_outputs: list[str] = []
+    if meta.get("public_tests") is not None:
+        public = decode_json_field(meta["public_tests"], "verifier_metadata.public_tests")
+        if not isinstance(public, dict):
+            raise TaskError(
+                "expected an object with 'inputs' and 'outputs'", "verifier_metadata.public_tests"
+            )
+        public_inputs, public_outputs = _pairs(public, "verifier_metadata.public_tests", fn_name)
     checker = meta.get("checker")
     if checker is not None:
         if not (
@@ -172,7 +183,29 @@ def parse_code_task(row: dict[str, Any]) -> CodeTask:
         total_time_s=_limit(meta, "total_time_s"),
         float_tolerance=_limit(meta, "float_tolerance") or None,
         languages=tuple(("python",) if fn_name else languages),
+        subtasks=parse_subtasks(meta, len(inputs)),
+        public_inputs=tuple(public_inputs),
+        public_outputs=tuple(public_outputs),
     )
+
+
+def _pairs(tests: dict[str, Any], field: str, fn_name: str | None) -> tuple[list[str], list[str]]:
+    """The ``inputs`` and ``outputs`` of a test set, checked (JSON values for function-call tests)."""
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
+    for name, value in (("inputs", inputs), ("outputs", outputs)):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TaskError("expected a list of strings", f"{field}.{name}")
+    assert isinstance(inputs, list) and isinstance(outputs, list)
+    if len(inputs) != len(outputs):
+        raise TaskError(f"{len(inputs)} inputs but {len(outputs)} outputs", field)
+    if fn_name:
+        for i, (inp, out) in enumerate(zip(inputs, outputs, strict=True)):
+            try:
+                [json.loads(line) for line in inp.split("\n")]
+                json.loads(out)
+            except json.JSONDecodeError as exc:
+                raise TaskError(f"test {i}: function-call tests need JSON values: {exc}", field) from exc
+    return inputs, outputs
 
 
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
