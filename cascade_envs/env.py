@@ -159,6 +159,16 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
         """
         raise NotImplementedError(f"{type(self).__name__} sets scores_groups but has no ascore_group()")
 
+    async def acheck(self, task: TaskT, answer: str) -> Reward | None:
+        """The env's PUBLIC check of ``answer`` (reasoning split off), or ``None`` when it has none.
+
+        What a solver may see at test time to choose among candidates: a code task's sample tests
+        (not the hidden ones that score), or checks stated wholly in the prompt (instruction
+        following, structured outputs). Test-time scaling (``cascade_envs.tts``) selects with it;
+        the reward stays ``ascore``'s.
+        """
+        return None
+
     def no_answer_value(self, task: TaskT) -> float:
         """What a reply with no visible answer earns on ``task`` (reason ``NO_ANSWER``; at most 0).
 
