@@ -2,7 +2,9 @@
 
 The answer's last fenced code block (Python 3, or C++ compiled with ``g++ -O2 -std=c++17``) must
 pass every test of the task — stdin/stdout, function-call (LeetCode-style) or checker-judged — to
-earn 1. It reads the public code RL rows unchanged (NeMo Gym ``code_gen`` layout, see ``task.py``).
+earn 1. It reads the public code RL rows unchanged (NeMo Gym ``code_gen`` layout, see ``task.py``);
+rows with IOI-style ``subtasks`` earn the fraction of the points of the subtasks passed, and their
+``public_tests`` are the env's public check (``acheck``) (``subtasks.py``).
 Tests run in a sandbox here, on a verification service when ``verifier_url`` is given
 (``cascade-envs serve-sandbox``), or on Ray actors when ``ray_actors`` is given. A row's tests are
 parsed once, when it loads (``CodeProblem``).
@@ -88,6 +90,12 @@ class CodeEnv(Env[CodeProblem]):
         if self.client is not None:
             return await self.client.verify(task, answer)
         return await self.judge.ascore(task.tests, answer)
+
+    async def acheck(self, task: CodeProblem, answer: str) -> Reward | None:
+        """The answer on the task's public (sample) tests, all or nothing; ``None`` when it has none."""
+        if not task.tests.public_inputs:
+            return None
+        return await self.ascore(task.public, answer)
 
     async def aclose(self) -> None:
         client, self.client = self.client, None

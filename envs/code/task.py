@@ -28,6 +28,7 @@ import json
 import math
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ...core import TaskError
@@ -73,6 +74,7 @@ class CodeProblem:
     tests: CodeTask
     metadata: dict[str, Any]
 
+    @cached_property
     def public(self) -> CodeProblem:
         """The same problem judged on its public (sample) tests only, all or nothing (for screening)."""
         if not self.tests.public_inputs:
