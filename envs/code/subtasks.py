@@ -75,7 +75,8 @@ def parse_subtasks(meta: dict[str, Any], n_tests: int) -> tuple[Subtask, ...]:
     field = "verifier_metadata.subtasks"
     if not isinstance(raw, list) or not raw:
         raise TaskError("expected a non-empty list of {name, points, tests}", field)
-    subtasks, covered = [], set()
+    subtasks: list[Subtask] = []
+    covered: set[int] = set()
     for i, item in enumerate(raw):
         where = f"{field}[{i}]"
         if not isinstance(item, dict):

@@ -79,7 +79,7 @@ class CodeProblem:
         """The same problem judged on its public (sample) tests only, all or nothing (for screening)."""
         if not self.tests.public_inputs:
             raise TaskError("the task has no public tests", "verifier_metadata.public_tests")
-        tests = {"inputs": list(self.tests.public_inputs), "outputs": list(self.tests.public_outputs)}
+        tests: dict[str, Any] = {"inputs": list(self.tests.public_inputs), "outputs": list(self.tests.public_outputs)}
         if self.tests.fn_name:
             tests["fn_name"] = self.tests.fn_name
         drop = ("unit_tests", "subtasks", "public_tests")
