@@ -169,6 +169,14 @@ class Env(gymnasium.Env[list[Message], str], Generic[TaskT]):
         """
         return None
 
+    async def aextract_answer(self, task: TaskT, answer: str) -> str | None:
+        """The final answer in ``answer`` (reasoning split off) as a key for majority voting.
+
+        Equal keys mean the same answer (a math value in a canonical form, an MCQA letter); ``None``
+        when the env has no extractor or found no answer. The default: no extractor.
+        """
+        return None
+
     def no_answer_value(self, task: TaskT) -> float:
         """What a reply with no visible answer earns on ``task`` (reason ``NO_ANSWER``; at most 0).
 

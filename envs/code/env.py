@@ -3,8 +3,7 @@
 The answer's last fenced code block (Python 3, or C++ compiled with ``g++ -O2 -std=c++17``) must
 pass every test of the task — stdin/stdout, function-call (LeetCode-style) or checker-judged — to
 earn 1. It reads the public code RL rows unchanged (NeMo Gym ``code_gen`` layout, see ``task.py``);
-rows with IOI-style ``subtasks`` earn the fraction of the points of the subtasks passed, and their
-``public_tests`` are the env's public check (``acheck``) (``subtasks.py``).
+rows with IOI-style ``subtasks`` earn the fraction of the points of the subtasks passed (``subtasks.py``).
 Tests run in a sandbox here, on a verification service when ``verifier_url`` is given
 (``cascade-envs serve-sandbox``), or on Ray actors when ``ray_actors`` is given. A row's tests are
 parsed once, when it loads (``CodeProblem``).
@@ -21,7 +20,7 @@ from ...sandbox import Sandbox
 from .client import VerifierClient
 from .judge import Judge, JudgeConfig
 from .ray_verifier import RayVerifier
-from .task import CodeProblem, parse_code_task
+from .task import CodeProblem, parse_code_task, public_problem
 
 
 class CodeEnv(Env[CodeProblem]):
@@ -84,18 +83,17 @@ class CodeEnv(Env[CodeProblem]):
 
     def load_task(self, row: Row) -> CodeProblem:
         prompt = Prompt.of(row)
-        return CodeProblem(prompt, parse_code_task(row), row["verifier_metadata"])
+        tests = parse_code_task(row)
+        return CodeProblem(prompt, tests, row["verifier_metadata"], public_problem(prompt, row))
+
+    async def acheck(self, task: CodeProblem, answer: str) -> Reward | None:
+        """The answer on the row's ``public_tests`` (never the hidden ones); ``None`` without them."""
+        return None if task.public is None else await self.ascore(task.public, answer)
 
     async def ascore(self, task: CodeProblem, answer: str) -> Reward:
         if self.client is not None:
             return await self.client.verify(task, answer)
         return await self.judge.ascore(task.tests, answer)
-
-    async def acheck(self, task: CodeProblem, answer: str) -> Reward | None:
-        """The answer on the task's public (sample) tests, all or nothing; ``None`` when it has none."""
-        if not task.tests.public_inputs:
-            return None
-        return await self.ascore(task.public, answer)
 
     async def aclose(self) -> None:
         client, self.client = self.client, None

@@ -338,8 +338,11 @@ def rows() -> list[dict[str, Any]]:
     for p in PROBLEMS:
         inputs = p.cases(random.Random(p.id))
         lang = "Use Python 3 or C++17. " if p.fn_name is None else "Use Python 3 and define the function. "
+        outputs = [p.solve(i) for i in inputs]
         meta: dict[str, Any] = {
-            "unit_tests": {"inputs": inputs, "outputs": [p.solve(i) for i in inputs], "fn_name": p.fn_name},
+            "unit_tests": {"inputs": inputs, "outputs": outputs, "fn_name": p.fn_name},
+            # the first (small) case is the example a solver may check itself on (CodeEnv.acheck)
+            "public_tests": {"inputs": inputs[:1], "outputs": outputs[:1]},
             **p.meta,
         }
         out.append(

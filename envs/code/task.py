@@ -12,8 +12,11 @@ and its method called. Optional extras, all under ``verifier_metadata``:
 - ``time_limit_s`` / ``memory_mb`` per test, ``total_time_s`` per response;
 - ``float_tolerance`` (absolute or relative) for numeric comparison;
 - ``languages``: the languages accepted (default: Python and C++);
-- ``subtasks`` and ``public_tests``: IOI-style groups of the tests with points, and sample tests
-  that never score (``subtasks.py``); the reward is then the fraction of the points earned.
+- ``public_tests``: the tests a solver may see (the statement's examples), in the ``unit_tests``
+  layout (``fn_name`` and the limits are the row's); they never score, ``unit_tests`` do: they are
+  ``CodeEnv.acheck``, what test-time scaling screens candidates with;
+- ``subtasks``: IOI-style groups of the ``unit_tests`` with points (``subtasks.py``); the reward is
+  then the fraction of the points earned.
 
 Each limit must be a finite number in its range (``LIMITS``): ``time_limit_s`` 0.01-3600 CPU
 seconds, ``total_time_s`` 0.01-86400 s, ``memory_mb`` a whole number 16-1048576 MiB,
@@ -28,7 +31,6 @@ import json
 import math
 import zlib
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from ...core import TaskError
@@ -57,8 +59,6 @@ class CodeTask:
     float_tolerance: float | None = None
     languages: tuple[str, ...] = SUPPORTED_LANGUAGES
     subtasks: tuple[Subtask, ...] = ()
-    public_inputs: tuple[str, ...] = ()
-    public_outputs: tuple[str, ...] = ()
 
     @property
     def n_tests(self) -> int:
@@ -73,18 +73,28 @@ class CodeProblem:
     prompt: Prompt
     tests: CodeTask
     metadata: dict[str, Any]
+    public: CodeProblem | None = None
+    """The same problem with its ``public_tests`` as its tests, when the row has them."""
 
-    @cached_property
-    def public(self) -> CodeProblem:
-        """The same problem judged on its public (sample) tests only, all or nothing (for screening)."""
-        if not self.tests.public_inputs:
-            raise TaskError("the task has no public tests", "verifier_metadata.public_tests")
-        tests: dict[str, Any] = {"inputs": list(self.tests.public_inputs), "outputs": list(self.tests.public_outputs)}
-        if self.tests.fn_name:
-            tests["fn_name"] = self.tests.fn_name
-        drop = ("unit_tests", "subtasks", "public_tests")
-        meta = {**{k: v for k, v in self.metadata.items() if k not in drop}, "unit_tests": tests}
-        return CodeProblem(self.prompt, parse_code_task({"verifier_metadata": meta}), meta)
+
+def public_problem(prompt: Prompt, row: dict[str, Any]) -> CodeProblem | None:
+    """The problem a solver may check itself on: ``verifier_metadata.public_tests`` as its tests."""
+    meta = row["verifier_metadata"]
+    public = decode_json_field(meta.get("public_tests"), "verifier_metadata.public_tests")
+    if public is None:
+        return None
+    if isinstance(public, dict) and "fn_name" not in public:
+        unit = _unit_tests(meta)
+        public = {**public, "fn_name": unit.get("fn_name")} if unit.get("fn_name") else public
+    public_meta = {k: v for k, v in meta.items() if k not in ("public_tests", "subtasks")}
+    public_meta["unit_tests"] = public
+    try:
+        tests = parse_code_task({"verifier_metadata": public_meta})
+    except TaskError as exc:
+        raise TaskError(
+            str(exc).replace("unit_tests", "public_tests"), "verifier_metadata.public_tests"
+        ) from exc
+    return CodeProblem(prompt, tests, public_meta)
 
 
 def _unit_tests(meta: dict[str, Any]) -> dict[str, Any]:
@@ -141,15 +151,6 @@ def parse_code_task(row: dict[str, Any]) -> CodeTask:
     if fn_name is not None and (not isinstance(fn_name, str) or not fn_name.isidentifier()):
         raise TaskError("expected a Python identifier", "verifier_metadata.unit_tests.fn_name")
     inputs, outputs = _pairs(tests, "verifier_metadata.unit_tests", fn_name)
-    public_inputs: list[str] = []
-    public_outputs: list[str] = []
-    if meta.get("public_tests") is not None:
-        public = decode_json_field(meta["public_tests"], "verifier_metadata.public_tests")
-        if not isinstance(public, dict):
-            raise TaskError(
-                "expected an object with 'inputs' and 'outputs'", "verifier_metadata.public_tests"
-            )
-        public_inputs, public_outputs = _pairs(public, "verifier_metadata.public_tests", fn_name)
     checker = meta.get("checker")
     if checker is not None:
         if not (
@@ -186,8 +187,6 @@ def parse_code_task(row: dict[str, Any]) -> CodeTask:
         float_tolerance=_limit(meta, "float_tolerance") or None,
         languages=tuple(("python",) if fn_name else languages),
         subtasks=parse_subtasks(meta, len(inputs)),
-        public_inputs=tuple(public_inputs),
-        public_outputs=tuple(public_outputs),
     )
 
 

@@ -129,6 +129,10 @@ class InstructionFollowingEnv(Env[InstructionTask]):
         """Whether ``answer`` follows each instruction of ``task`` (in-process, no limits)."""
         return follow_checks(task.checks, answer, self.strict)
 
+    async def acheck(self, task: InstructionTask, answer: str) -> Reward | None:
+        """The public check: every instruction is stated in the prompt, so it is the whole check."""
+        return await self.ascore(task, answer)
+
     async def ascore(self, task: InstructionTask, answer: str) -> Reward:
         try:
             self.verifier.check_size(answer)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from cascade_envs import Env, Prompt, Reward, Row, TaskError
 from cascade_envs.workers import CallFailed, CallTimeout, WorkerDied, WorkerPool
 
-from .verify import check
+from .verify import check, extract
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MB = 4096
@@ -85,6 +85,14 @@ class MathEnv(Env[MathTask]):
         if self._pool is not None:
             await self._pool.aclose()
         await super().aclose()
+
+    async def aextract_answer(self, task: MathTask, answer: str) -> str | None:
+        """math-verify's reading of the answer (in the verifier pool); ``None`` when it fails."""
+        try:
+            extracted = await self.pool.run(extract, answer)
+        except (CallTimeout, WorkerDied, CallFailed):
+            return None
+        return extracted if isinstance(extracted, str) else None
 
     async def ascore(self, task: MathTask, answer: str) -> Reward:
         gold = task.expected_answer

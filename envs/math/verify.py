@@ -31,6 +31,12 @@ def strip_delimiters(text: str) -> str:
     return text
 
 
+def extract(response: str) -> str | None:
+    """The answer math-verify reads in ``response`` (its first parse, as text), or ``None``."""
+    answers = parse(response, ANSWER_TARGETS, parsing_timeout=None)
+    return str(answers[0]) if answers else None
+
+
 def check(expected_answer: str, response: str) -> dict[str, Any]:
     """Compare ``response`` with ``expected_answer``.
 

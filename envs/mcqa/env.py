@@ -190,21 +190,38 @@ class MCQAEnv(Env[MCQATask]):
             return None
         return value if not invalid else usable
 
+    async def _letter(self, task: MCQATask, answer: str) -> str | None:
+        """The answer's letter: the row's ``output_regex`` first, then the grading mode.
+
+        Raises ``VerifierLimit`` (too long, too slow) or ``WorkerError`` (the regex check failed).
+        """
+        options = task.options
+        allowed = {letter for letter, _ in options}
+        self.verifier.check_size(answer)
+        regex = task.output_regex
+        if regex:
+            inline = regex_steps(regex, len(answer)) <= self.inline_steps
+            predicted = await self.verifier.run(regex_letter, answer, regex, options, allowed, inline=inline)
+            if predicted is not None:
+                return str(predicted)
+        return GRADING_MODES[self.grading_mode or task.grading_mode](answer, options, allowed)
+
+    async def aextract_answer(self, task: MCQATask, answer: str) -> str | None:
+        """The answer's letter as ``ascore`` reads it; ``None`` when none is found or the check fails."""
+        try:
+            return await self._letter(task, answer)
+        except (VerifierLimit, WorkerError):
+            return None
+
     async def ascore(self, task: MCQATask, answer: str) -> Reward:
         options = task.options
         allowed = {letter for letter, _ in options}
         gold = task.expected_answer
         mode = self.grading_mode or task.grading_mode
         info = {"expected_answer": gold, "grading_mode": mode, "extracted_answer": None}
-        predicted = None
         regex = task.output_regex
         try:
-            self.verifier.check_size(answer)
-            if regex:
-                inline = regex_steps(regex, len(answer)) <= self.inline_steps
-                predicted = await self.verifier.run(
-                    regex_letter, answer, regex, options, allowed, inline=inline
-                )
+            predicted = await self._letter(task, answer)
         except VerifierLimit as exc:
             if exc.kind == "time" and await self._regex_is_unusable(regex, options, allowed):
                 return Reward.failed(
@@ -213,8 +230,6 @@ class MCQAEnv(Env[MCQATask]):
             return Reward.zero(str(exc), **info)
         except WorkerError as exc:
             return Reward.failed(f"output_regex check failed: {exc}", **info)
-        if predicted is None:
-            predicted = GRADING_MODES[mode](answer, options, allowed)
         info["extracted_answer"] = predicted
         if predicted is None:
             return Reward.zero(f"no answer letter found ({mode})", **info)

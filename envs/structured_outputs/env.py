@@ -139,6 +139,10 @@ class StructuredOutputEnv(Env[StructuredOutputTask]):
             prompt, schema, schema_type.lower(), mode, row.get("tool_name"), row.get("tool_payload_key")
         )
 
+    async def acheck(self, task: StructuredOutputTask, answer: str) -> Reward | None:
+        """The public check: the schema is given in the prompt, so it is the whole check."""
+        return await self.ascore(task, answer)
+
     async def ascore(self, task: StructuredOutputTask, answer: str) -> Reward:
         schema, schema_type, mode = task.schema, task.schema_type, task.response_mode
         info: dict[str, Any] = {"schema_type": schema_type, "response_mode": mode}

@@ -8,11 +8,11 @@ import json
 import pytest
 
 from cascade_envs.core import TaskError
-from cascade_envs.data import resolve_path
+from cascade_envs.data import Prompt, resolve_path
 from cascade_envs.envs.code import ioi_samples
 from cascade_envs.envs.code.env import CodeEnv
 from cascade_envs.envs.code.subtasks import SubtaskVerdict, ioi_points, verdict_of
-from cascade_envs.envs.code.task import parse_code_task
+from cascade_envs.envs.code.task import parse_code_task, public_problem
 
 # n -> 2n; subtask "small": n < 100 (tests 0, 1), "large": any n (tests 0, 2, 3; test 0 shared)
 INPUTS = ["3\n", "50\n", "1000\n", "7000\n"]
@@ -62,9 +62,11 @@ def test_parses_subtasks_and_public_tests():
         ("n < 100", 40.0, (0, 1)),
         ("n <= 10^4", 60.0, (0, 2, 3)),
     ]
-    assert task.public_inputs == ("2\n",) and task.public_outputs == ("4\n",)
+    public = public_problem(Prompt.of(ROW), ROW)
+    assert public is not None and public.tests.inputs == ("2\n",) and public.tests.outputs == ("4\n",)
+    assert public.tests.subtasks == () and "subtasks" not in public.metadata
     plain = parse_code_task({"verifier_metadata": {"unit_tests": {"inputs": ["1"], "outputs": ["1"]}}})
-    assert plain.subtasks == () and plain.public_inputs == ()
+    assert plain.subtasks == ()
 
 
 def meta_with(**changes):
@@ -113,8 +115,10 @@ def meta_with(**changes):
     ],
 )
 def test_malformed_subtasks_are_refused_naming_the_field(changes, field, words):
+    row = meta_with(**changes)
     with pytest.raises(TaskError) as caught:
-        parse_code_task(meta_with(**changes))
+        parse_code_task(row)
+        public_problem(Prompt.of(row), row)
     assert caught.value.field == field and words in str(caught.value), caught.value
 
 
@@ -236,7 +240,7 @@ def test_the_bundled_file_is_current():
     assert ioi_samples.row(stairs) == BUNDLED["stairs"]
     for row in BUNDLED.values():
         task = parse_code_task(row)
-        assert len(task.subtasks) >= 2 and task.public_inputs
+        assert len(task.subtasks) >= 2 and public_problem(Prompt.of(row), row) is not None
         statement = row["responses_create_params"]["input"][0]["content"]
         assert all(s.name in statement for s in task.subtasks)
 
