@@ -639,6 +639,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="start over in an OUT_DIR made with other arguments")
     p.set_defaults(fn=cmd_filter)
 
+    from .tts.cli import add_parser as add_solve_parser
+
+    add_solve_parser(sub, _add_rollout_options, _seed, _make_policy)
+
     p = sub.add_parser(
         "build-image", help="build a docker image offline: sandbox, swe-base, or the SWE tasks' images"
     )

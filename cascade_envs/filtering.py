@@ -40,6 +40,7 @@ from .data import read_rows, resolve_path, row_id, task_id, validate_row
 from .defaults import DEFAULT_CONCURRENCY
 from .env import Env, run_sync
 from .policy import Policy, SamplingParams
+from .resume import changed, read_objects, sha256, write_atomic
 
 OUTCOMES = ("kept", "dropped_solved", "dropped_unsolved", "incomplete", "bad_row")
 CONFIG_FILE, OUTCOMES_FILE, ROLLOUTS_FILE = "filter.json", "outcomes.jsonl", "rollouts.jsonl"
@@ -227,7 +228,7 @@ class FilterJob:
             "env": self.env_id,
             "env_kwargs": self.env_kwargs,
             "tasks": self.tasks,
-            "tasks_sha256": _sha256(self.path),
+            "tasks_sha256": sha256(self.path),
             **asdict(self.settings),
             "policy": self.policy_id,
             "sampling": {"max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p},
@@ -245,19 +246,14 @@ class FilterJob:
             for path in [*outputs, self._kept_path()]:
                 path.unlink(missing_ok=True)
         elif saved_path.exists() or (self.out_dir / OUTCOMES_FILE).exists():
-            saved = _read_json(saved_path)
-            changed = [
-                f"{key}: {saved.get(key)!r} -> {config[key]!r}"
-                for key in COMPARED
-                if saved.get(key) != config[key]
-            ]
-            if changed:
+            differ = changed(_read_json(saved_path), config, COMPARED)
+            if differ:
                 raise FilterError(
-                    f"{self.out_dir} was made with other arguments ({'; '.join(changed)}); "
+                    f"{self.out_dir} was made with other arguments ({'; '.join(differ)}); "
                     "use another output folder, or --force to start over"
                 )
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(saved_path, json.dumps(config, indent=2) + "\n")
+        write_atomic(saved_path, json.dumps(config, indent=2) + "\n")
         self.done = {
             o.row: o for o in _read_outcomes(self.out_dir / OUTCOMES_FILE) if o.outcome != "incomplete"
         }
@@ -358,8 +354,8 @@ class FilterJob:
             played,
             elapsed_s,
         )
-        _write_atomic(self.out_dir / HISTOGRAM_FILE, format_histogram(summary.histogram) + "\n")
-        _write_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
+        write_atomic(self.out_dir / HISTOGRAM_FILE, format_histogram(summary.histogram) + "\n")
+        write_atomic(self.out_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
         return summary
 
     def _rewrite_outcomes(self) -> None:
@@ -368,7 +364,7 @@ class FilterJob:
         latest = {o.row: o for o in _read_outcomes(path)}
         latest.update(self.done)
         lines = [json.dumps(o.to_dict(), ensure_ascii=False) + "\n" for _, o in sorted(latest.items())]
-        _write_atomic(path, "".join(lines))
+        write_atomic(path, "".join(lines))
 
     def _kept_path(self) -> Path:
         return self.out_dir / ("kept.parquet" if self.path.suffix == ".parquet" else "kept.jsonl")
@@ -396,16 +392,13 @@ def filter_tasks(
 
 def _read_outcomes(path: Path) -> list[Outcome]:
     """The outcomes recorded in ``path`` (a line a kill cut short is skipped: that prompt is played again)."""
-    if not path.exists():
-        return []
     found: list[Outcome] = []
-    for text in path.read_text(encoding="utf-8").splitlines():
+    for data in read_objects(path):
         try:
-            data = json.loads(text)
             found.append(
                 Outcome(**{k: data[k] for k in ("row", "id", "k", "scored", "solved", "outcome", "reasons")})
             )
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (KeyError, TypeError):
             continue
     return found
 
@@ -427,14 +420,6 @@ def _write_kept(source: Path, target: Path, rows: set[int]) -> None:
     os.replace(tmp, target)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -443,9 +428,3 @@ def _read_json(path: Path) -> dict[str, Any]:
             f"{path} is missing or unreadable ({exc}); use another output folder, or --force"
         ) from None
     return data if isinstance(data, dict) else {}
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

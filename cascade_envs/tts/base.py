@@ -211,6 +211,19 @@ class SolveContext:
     accept_streak: int = 1
     request_timeout_s: float = 600.0
     options: dict[str, Any] = field(default_factory=dict)
+    cut_short: str | None = None
+    """Set when a call of this context met the spent budget (its reason): the task's outcome is
+    then partial, and a resumed run solves that task again."""
+
+    def _charge(self) -> float:
+        """Spend one generation (or raise ``BudgetSpent``, remembered in ``cut_short``); the call's time limit."""
+        try:
+            self.budget.spend(1)
+        except BudgetSpent as exc:
+            self.cut_short = self.cut_short or str(exc)
+            raise
+        left = self.budget.seconds_left()
+        return self.request_timeout_s if left is None else min(self.request_timeout_s, max(left, 1.0))
 
     async def generate(
         self,
@@ -228,7 +241,7 @@ class SolveContext:
         Raises ``BudgetSpent`` before calling when the budget is spent; a failed or timed-out call
         comes back as an ``Attempt`` with ``error`` set and no completion (the strategy records it).
         """
-        self.budget.spend(1)
+        timeout = self._charge()
         sampling = self.sampling
         if sampling.seed is not None:
             sampling = SamplingParams(
@@ -236,10 +249,6 @@ class SolveContext:
                 sampling.seed + seed_offset, sampling.stop,
             )  # fmt: skip
         attempt = Attempt(task_id, self.env_id, self.strategy, round, role, candidate, list(messages))
-        timeout = self.request_timeout_s
-        left = self.budget.seconds_left()
-        if left is not None:
-            timeout = min(timeout, max(left, 1.0))
         started = time.monotonic()
         try:
             completion = await asyncio.wait_for(
@@ -253,6 +262,30 @@ class SolveContext:
         else:
             attempt.completion = completion
             attempt.tokens = _tokens(completion)
+        attempt.seconds = time.monotonic() - started
+        return attempt
+
+    async def ajudge(
+        self, messages: list[Message], *, task_id: str, round: int, role: Role, candidate: int = 0
+    ) -> Attempt:
+        """One budgeted, time-bounded call of ``judge`` (which must be set) as an unrecorded ``Attempt``.
+
+        Raises ``BudgetSpent`` like ``generate``; a judge that fails or times out gives an
+        ``Attempt`` with ``error`` set.
+        """
+        if self.judge is None:
+            raise ValueError("this context has no judge")
+        timeout = self._charge()
+        attempt = Attempt(task_id, self.env_id, self.strategy, round, role, candidate, list(messages))
+        started = time.monotonic()
+        try:
+            attempt.completion = await asyncio.wait_for(
+                self.judge.acomplete(messages, max_tokens=self.sampling.max_tokens), timeout
+            )
+        except TimeoutError:
+            attempt.error = f"judge call timed out after {timeout:g} s"
+        except Exception as exc:
+            attempt.error = f"judge call failed: {type(exc).__name__}: {exc}"
         attempt.seconds = time.monotonic() - started
         return attempt
 
