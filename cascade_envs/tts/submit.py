@@ -24,9 +24,9 @@ from ..core import Reward
 from ..data import Loaded
 from ..envs.code.extract import last_code_block
 from ..envs.code.subtasks import Subtask, SubtaskVerdict, ioi_points, verdict_of
-from ..reasoning import has_visible_text, split_reasoning
 from .base import Attempt, BudgetSpent, SolveContext, TaskOutcome, register_strategy
 from .ioi_history import History, Submission
+from .scoring import check, score, visible_answer
 
 DEFAULT_SUBMISSIONS = 50
 WHOLE = "all tests"
@@ -61,8 +61,8 @@ def _verdicts(reward: Reward, subtasks: list[Subtask]) -> list[SubtaskVerdict]:
 
 def _code(completion: str) -> tuple[str, str] | None:
     """``(language, code)`` of the candidate's final answer, ``None`` without a usable code block."""
-    answer = split_reasoning(completion).answer
-    block = last_code_block(answer) if has_visible_text(answer) else None
+    answer = visible_answer(completion)
+    block = last_code_block(answer) if answer is not None else None
     if block is None or not block.code.strip():
         return None
     return block.language or "python", block.code
@@ -120,7 +120,9 @@ class _Run:
                     self.stop = str(exc)
                     self.outcome.notes.append(self.stop)
                 return None
-            attempt.check = await self.screen(attempt)
+            attempt.check = await check(ctx, self.task, attempt)
+            if attempt.error is None and _code(attempt.completion) is None:
+                attempt.verdict = "no code block in the answer"
             ctx.record(attempt)
             return attempt
 
@@ -135,26 +137,14 @@ class _Run:
                 break
             await self.submit(attempt, number)
 
-    async def screen(self, attempt: Attempt) -> Reward | None:
-        """The candidate on the public tests (``None``: the env has none); never raises."""
-        if attempt.error is not None:
-            return None
-        if _code(attempt.completion) is None:
-            attempt.verdict = "no code block in the answer"
-            return None
-        try:
-            return await self.ctx.env.acheck(self.task.task, split_reasoning(attempt.completion).answer)
-        except Exception as exc:
-            return Reward.failed(f"public check raised {type(exc).__name__}: {exc}")
-
     def choose(self, made: list[Attempt]) -> list[Attempt]:
         """Candidates to submit: with code, passing the public tests (or none to pass), not seen before."""
         picked: list[Attempt] = []
         seen: set[str] = set()
         for attempt in made:
             found = None if attempt.error is not None else _code(attempt.completion)
-            check = attempt.check
-            if found is None or (check is not None and (check.masked or check.value < 1)):
+            result = attempt.check
+            if found is None or (result is not None and (result.masked or result.value < 1)):
                 continue
             key = "\n".join(line.rstrip() for line in found[1].strip().splitlines() if line.strip())
             if key in seen or self.history.submitted(found[1]):
@@ -167,15 +157,17 @@ class _Run:
     def why_nothing(made: list[Attempt]) -> str:
         if not made:
             return "no candidate"
-        failed = [a for a in made if a.error is not None]
-        if len(failed) == len(made):
-            return f"every policy call failed ({failed[0].error})"
-        checks = [a.check for a in made if a.check is not None and not a.check.masked]
-        if checks:
-            reason = checks[0].reason or "failed"
-            return f"no new candidate passed the public tests (e.g. {reason[:200]})"
-        if all(_code(a.completion) is None for a in made if a.error is None):
+        answered = [a for a in made if a.error is None]
+        if not answered:
+            return f"every policy call failed ({made[0].error})"
+        if all(_code(a.completion) is None for a in answered):
             return "no candidate had a code block"
+        failed = [
+            a.check for a in answered if a.check is not None and not a.check.masked and a.check.value < 1
+        ]
+        if failed:
+            reason = failed[0].reason or "failed"
+            return f"no new candidate passed the public tests (e.g. {reason[:200]})"
         return "every candidate was a repeat of an earlier submission or could not be screened"
 
     async def submit(self, candidate: Attempt, number: int) -> None:
@@ -193,11 +185,7 @@ class _Run:
             check=candidate.check,
             tokens=candidate.tokens,
         )
-        try:
-            reward = await ctx.env.areward(self.task, candidate.completion)
-        except Exception as exc:
-            reward = Reward.failed(f"judging raised {type(exc).__name__}: {exc}")
-        attempt.reward = reward
+        reward = attempt.reward = await score(ctx, self.task, candidate)
         if reward.masked:
             attempt.verdict = f"not judged: {reward.error}"
             self.outcome.notes.append(f"submission in round {number} not judged: {reward.error}")

@@ -241,3 +241,31 @@ def test_a_bundled_problem_from_brute_force_to_reference():
         env.close()
     assert [r.reward.value for r in records if r.role == "submission"] == [pytest.approx(0.2), 1]
     assert outcome.reward.value == 1 and outcome.reward.components["points"] == 100
+
+
+def test_cli_submit_against_a_chat_server(tmp_path, capsys):
+    from cascade_envs.cli import main
+    from tests.chat_server import ScriptedChatServer, Step
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(ROW) + "\n")
+    out = tmp_path / "out.jsonl"
+
+    def step(request):
+        return Step(REFERENCE if "### Submission" in request["messages"][-1]["content"] else BRUTE)
+
+    argv = ["solve", "--env", "cascade/Code-v0", "--tasks", str(tasks), "--strategy", "submit"]
+    argv += ["--candidates", "2", "--submissions", "3", "--no-progress", "-o", str(out)]
+    argv += ["--env-kwargs", '{"time_limit_s": 1}']
+    with ScriptedChatServer(step, models=("m",)) as server:
+        assert main([*argv, "--policy", server.url]) == 0
+        assert len(server.requests) == 4
+    assert "tasks 1: selected score 1.000 over 1 scored" in capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["settings"]["submissions"] == 3
+    submissions = [(r["round"], r["reward"]) for r in rows if r.get("role") == "submission"]
+    assert submissions == [(1, pytest.approx(0.4)), (2, 1.0)], "two equal brute forces are submitted once"
+    (outcome,) = [r for r in rows if r["kind"] == "outcome"]
+    assert outcome["reward"]["components"]["points"] == 100 and "all subtasks solved" in outcome["notes"]
+    assert main([*argv[:-2], "-o", str(tmp_path / "x.jsonl"), "--submissions", "-1"]) == 2
+    assert "--submissions must be at least 0, got -1" in capsys.readouterr().err
