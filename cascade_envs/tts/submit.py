@@ -40,10 +40,12 @@ def _option(ctx: SolveContext, name: str, default: int, least: int) -> int:
     return value
 
 
-def _subtasks(task: Any) -> list[Subtask]:
+def _subtasks(ctx: SolveContext, task: Any) -> list[Subtask]:
     tests = getattr(task, "tests", None)
     if tests is None or not hasattr(tests, "subtasks"):
-        raise TypeError(f"submit runs over the code env's tasks, not a {type(task).__name__}")
+        raise ValueError(
+            f"submit needs the code env's tasks (cascade/Code-v0); {ctx.env_id} gives {type(task).__name__}"
+        )
     return list(tests.subtasks) or [Subtask(WHOLE, 1.0, tuple(range(tests.n_tests)))]
 
 
@@ -73,7 +75,7 @@ class _Run:
 
     def __init__(self, ctx: SolveContext, task: Loaded[Any]):
         self.ctx, self.task = ctx, task
-        self.subtasks = _subtasks(task.task)
+        self.subtasks = _subtasks(ctx, task.task)
         self.budget = _option(ctx, "submissions", DEFAULT_SUBMISSIONS, 0)
         self.per_round = _option(ctx, "per_round", 1, 1)
         self.shown = _option(ctx, "history", 8, 1)

@@ -260,7 +260,14 @@ def test_cli_submit_against_a_chat_server(tmp_path, capsys):
     with ScriptedChatServer(step, models=("m",)) as server:
         assert main([*argv, "--policy", server.url]) == 0
         assert len(server.requests) == 4
-    assert "tasks 1: selected score 1.000 over 1 scored" in capsys.readouterr().out
+        first = capsys.readouterr().out
+        math = ["solve", "--env", "cascade/Math-v0", "--strategy", "submit", "--limit", "1"]
+        assert main([*math, "-o", str(tmp_path / "m.jsonl"), "--policy", server.url]) == 2
+        assert (
+            "submit needs the code env's tasks (cascade/Code-v0); cascade/Math-v0 gives"
+            in capsys.readouterr().err
+        )
+    assert "tasks 1: selected score 1.000 over 1 scored" in first
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows[0]["settings"]["submissions"] == 3
     submissions = [(r["round"], r["reward"]) for r in rows if r.get("role") == "submission"]
