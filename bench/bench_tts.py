@@ -26,6 +26,7 @@ import asyncio
 import math
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,10 +85,19 @@ async def best_of_n_points(name: str, env: Any, policy: Any, args: argparse.Name
             oracle.append(pass_at_k(len(attempts), c, min(n, len(attempts))) if attempts else 0.0)
         out.append(Point(name, f"best-of-N ({selector})", n, sum(selected) / len(tasks), len(tasks)))
         out.append(Point(name, "pass@k (repeated sampling)", n, sum(oracle) / len(tasks), len(tasks)))
-    masked = sum(a.reward is not None and a.reward.masked for attempts, _ in pools for a in attempts)
-    if masked:
-        print(f"{name}: {masked} candidate(s) masked (not scored): counted as not correct", file=sys.stderr)
+    report_masked(name, "best-of-N", [a for attempts, _ in pools for a in attempts])
     return out
+
+
+def report_masked(name: str, what: str, attempts: list[Attempt]) -> None:
+    """Say how many answers could not be scored, and why (they count as not correct)."""
+    reasons = Counter(str(a.reward.error)[:120] for a in attempts if a.reward is not None and a.reward.masked)
+    if reasons:
+        why = "; ".join(f"{n}x {reason}" for reason, n in reasons.most_common(3))
+        print(
+            f"{name} {what}: {sum(reasons.values())} answer(s) masked, counted as not correct: {why}",
+            file=sys.stderr,
+        )
 
 
 async def refine_points(name: str, env: Any, policy: Any, args: argparse.Namespace) -> list[Point]:
@@ -102,6 +112,7 @@ async def refine_points(name: str, env: Any, policy: Any, args: argparse.Namespa
     await asyncio.gather(
         *(get_strategy("refine")(ctx, task) for ctx, task in zip(contexts, tasks, strict=True))
     )
+    report_masked(name, "refine", [a for attempts in records for a in attempts])
     out = []
     for r in range(1, args.rounds + 1):
         scores, spent = [], []
@@ -161,7 +172,8 @@ async def measure(policy: Any, args: argparse.Namespace) -> list[Point]:
     points: list[Point] = []
     for name in args.envs:
         env_id, _ = ENVS[name]
-        env = cascade_envs.make(env_id, **({"thinking": False} if args.no_thinking else {}))
+        kwargs: dict[str, Any] = {"timeout_s": args.verify_timeout} if name == "math" else {}
+        env = cascade_envs.make(env_id, **kwargs, **({"thinking": False} if args.no_thinking else {}))
         try:
             started = time.perf_counter()
             points += await best_of_n_points(name, env, policy, args)
@@ -195,6 +207,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-thinking", action="store_true", help="answer in non-thinking mode (empty think block)"
     )
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per model call")
+    p.add_argument(
+        "--verify-timeout",
+        type=float,
+        default=60.0,
+        help="math: seconds per answer check (the env's default, 10 s, masks checks on a crowded machine)",
+    )
     p.add_argument(
         "--plot", type=Path, default=Path(__file__).with_name("tts.png"), help="default bench/tts.png"
     )

@@ -61,3 +61,12 @@ def test_bad_flags_are_refused(capsys):
         with pytest.raises(SystemExit):
             bench_tts.parse(argv)
         assert words in capsys.readouterr().err
+
+
+def test_masked_answers_count_as_not_correct_and_say_why(tmp_path, capsys):
+    args = bench_tts.parse(["--envs", "math", "--tasks", "1", "--max-generations", "1", "--rounds", "1"])
+    points = asyncio.run(bench_tts.measure(ScriptedPolicy(RuntimeError("model down")), args))
+    assert all(p.score == 0 for p in points)
+    err = capsys.readouterr().err
+    assert "math best-of-N: 1 answer(s) masked, counted as not correct: 1x policy call failed" in err
+    assert "model down" in err
