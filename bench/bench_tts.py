@@ -49,6 +49,8 @@ class Point:
     generations: float
     score: float
     tasks: int
+    masked: int = 0
+    """Answers behind this point that could not be scored (counted as not correct)."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -75,16 +77,17 @@ async def best_of_n_points(name: str, env: Any, policy: Any, args: argparse.Name
     points = [n for n in POINTS if n <= args.max_generations]
     out = []
     for n in points:
-        selected, oracle = [], []
+        selected, oracle, masked = [], [], 0
         for task, (attempts, _) in zip(tasks, pools, strict=True):
             first = attempts[:n]
+            masked += sum(a.reward is not None and a.reward.masked for a in first)
             chosen = await SELECTORS[selector](ctx, task, first)
             pick = first[chosen.index] if chosen.index is not None else None
             selected.append(float(pick is not None and correct(pick.reward)))
             c = sum(correct(a.reward) for a in attempts)
             oracle.append(pass_at_k(len(attempts), c, min(n, len(attempts))) if attempts else 0.0)
-        out.append(Point(name, f"best-of-N ({selector})", n, sum(selected) / len(tasks), len(tasks)))
-        out.append(Point(name, "pass@k (repeated sampling)", n, sum(oracle) / len(tasks), len(tasks)))
+        out.append(Point(name, f"best-of-N ({selector})", n, sum(selected) / len(tasks), len(tasks), masked))
+        out.append(Point(name, "pass@k (repeated sampling)", n, sum(oracle) / len(tasks), len(tasks), masked))
     report_masked(name, "best-of-N", [a for attempts, _ in pools for a in attempts])
     return out
 
@@ -115,23 +118,31 @@ async def refine_points(name: str, env: Any, policy: Any, args: argparse.Namespa
     report_masked(name, "refine", [a for attempts in records for a in attempts])
     out = []
     for r in range(1, args.rounds + 1):
-        scores, spent = [], []
+        scores, spent, masked = [], [], 0
         for attempts in records:
             upto = [a for a in attempts if a.round <= r]
             answers = [a for a in upto if a.role in ("candidate", "refiner")]
+            masked += sum(a.reward is not None and a.reward.masked for a in answers)
             scores.append(float(bool(answers) and correct(answers[-1].reward)))
             spent.append(len(upto))
         out.append(
-            Point(name, f"refine (round {r})", sum(spent) / len(tasks), sum(scores) / len(tasks), len(tasks))
+            Point(
+                name,
+                f"refine (round {r})",
+                sum(spent) / len(tasks),
+                sum(scores) / len(tasks),
+                len(tasks),
+                masked,
+            )
         )
     return out
 
 
 def table(points: list[Point]) -> str:
-    lines = ["| env | method | generations per task | score |", "|---|---|---|---|"]
+    lines = ["| env | method | generations per task | score | masked answers |", "|---|---|---|---|---|"]
     for p in points:
         gens = f"{p.generations:g}" if p.generations == int(p.generations) else f"{p.generations:.1f}"
-        lines.append(f"| {p.env} | {p.method} | {gens} | {p.score:.3f} |")
+        lines.append(f"| {p.env} | {p.method} | {gens} | {p.score:.3f} | {p.masked} |")
     return "\n".join(lines)
 
 

@@ -48,7 +48,7 @@ def test_curves_from_a_scripted_policy_and_the_plot(tmp_path):
         assert got[(env, "refine (round 1)", 2)] == 0.5 and got[(env, "refine (round 2)", 3)] == 0.5
         assert got[(env, "refine (round 3)", 3)] == 0.5
     table = bench_tts.table(points)
-    assert "| math | best-of-N (majority) | 4 | 0.500 |" in table
+    assert "| math | best-of-N (majority) | 4 | 0.500 | 0 |" in table
     bench_tts.plot(points, args.plot, "scripted")
     assert args.plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -66,7 +66,7 @@ def test_bad_flags_are_refused(capsys):
 def test_masked_answers_count_as_not_correct_and_say_why(tmp_path, capsys):
     args = bench_tts.parse(["--envs", "math", "--tasks", "1", "--max-generations", "1", "--rounds", "1"])
     points = asyncio.run(bench_tts.measure(ScriptedPolicy(RuntimeError("model down")), args))
-    assert all(p.score == 0 for p in points)
+    assert all(p.score == 0 for p in points) and all(p.masked == 1 for p in points)
     err = capsys.readouterr().err
     assert "math best-of-N: 1 answer(s) masked, counted as not correct: 1x policy call failed" in err
     assert "model down" in err
