@@ -14,8 +14,8 @@ For each env (the bundled math and code tasks) and each of its first ``--tasks``
 
 Prints a table and writes a plot (``--plot``, default ``bench/tts.png``).
 
-    python bench/bench_tts.py                      # the embedded model (SmolLM2-135M), defaults below
-    python bench/bench_tts.py --tasks 2 --max-generations 4 --rounds 2 --max-tokens 128
+    python bench/bench_tts.py    # SmolLM2-135M: 2 tasks/env, N <= 16, refine 5 rounds, 192 tokens
+    python bench/bench_tts.py --tasks 2 --max-generations 4 --rounds 2 --max-tokens 160    # smaller
     python bench/bench_tts.py --policy http://localhost:8000/v1 --model NAME --max-generations 64
 """
 
@@ -202,7 +202,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--model", help="the model name of an http(s) policy")
     p.add_argument("--envs", default="math,code", help="comma-separated: math, code (default both)")
-    p.add_argument("--tasks", type=int, default=3, help="tasks per env (default 3)")
+    p.add_argument("--tasks", type=int, default=2, help="tasks per env (default 2)")
     p.add_argument(
         "--max-generations", type=int, default=16, help="largest N of best-of-N (default 16; up to 64)"
     )
@@ -210,7 +210,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--accept-streak", type=int, default=2, help="refine: stop after K accepts in a row (default 2)"
     )
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0)
