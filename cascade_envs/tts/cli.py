@@ -153,7 +153,12 @@ def cmd_solve(args: argparse.Namespace, make_policy: Callable[[argparse.Namespac
                 accept_streak=args.accept_streak, request_timeout_s=args.request_timeout,
                 options={"submissions": args.submissions},
             )  # fmt: skip
-            return await job.arun(ctx, concurrency=args.concurrency, progress=not args.no_progress)
+            return await job.arun(
+                ctx,
+                concurrency=args.concurrency,
+                task_timeout_s=args.episode_timeout,
+                progress=not args.no_progress,
+            )
         finally:
             for closing in (policy, verifier, judge):
                 if closing is not None:

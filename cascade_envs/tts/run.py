@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..core import CascadeError
+from ..core import CascadeError, Reward
 from ..data import Loaded
 from ..defaults import DEFAULT_CONCURRENCY
 from ..resume import changed, read_objects, write_atomic
-from .base import Attempt, SolveContext, get_strategy
+from .base import Attempt, SolveContext, TaskOutcome, get_strategy
 
 COMPARED = ("env", "tasks", "env_kwargs", "strategy", "settings", "policy", "verifier", "judge", "sampling")
 """The arguments a resumed run must share with the run that wrote the file."""
@@ -149,9 +149,18 @@ class SolveJob:
         return [(i, t) for i, t in enumerate(self.tasks) if (i, t.task_id) not in self.done]
 
     async def arun(
-        self, ctx: SolveContext, *, concurrency: int = DEFAULT_CONCURRENCY, progress: bool = False
+        self,
+        ctx: SolveContext,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        task_timeout_s: float | None = None,
+        progress: bool = False,
     ) -> SolveSummary:
-        """Solve the pending tasks, ``concurrency`` at a time, writing each line as it comes."""
+        """Solve the pending tasks, ``concurrency`` at a time, writing each line as it comes.
+
+        ``task_timeout_s`` bounds one task's strategy: past it the task's outcome is a masked
+        reward saying so (its attempts so far are kept), and it is not solved again on resume.
+        """
         from ..rollout.runner import _progress_bar
 
         if ctx.strategy != self.strategy:
@@ -171,7 +180,13 @@ class SolveJob:
                     if budget.spent:
                         return
                     task_ctx = dataclasses.replace(ctx, record=_writer(out, index), cut_short=None)
-                    outcome = await strategy(task_ctx, task)
+                    try:
+                        outcome = await asyncio.wait_for(strategy(task_ctx, task), task_timeout_s)
+                    except TimeoutError:
+                        error = f"the task took more than {task_timeout_s:g} s (--episode-timeout)"
+                        outcome = TaskOutcome(
+                            task.task_id, ctx.env_id, ctx.strategy, None, Reward.failed(error), notes=[error]
+                        )
                     row = {**outcome.to_row(), "index": index, "cut_short": task_ctx.cut_short}
                     _write(out, row)
                     if not task_ctx.cut_short:

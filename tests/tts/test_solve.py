@@ -171,3 +171,13 @@ def test_multi_turn_and_group_scored_envs_are_refused_with_a_reason(tmp_path, ca
     assert main([*argv, "--env", "cascade/Workplace-v0", "-o", str(tmp_path / "x.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "best_of_n needs a single-turn env scored per answer; cascade/Workplace-v0 plays" in err
+
+
+def test_a_task_past_its_time_limit_is_masked_with_the_reason(env, tmp_path):
+    path = tmp_path / "results.jsonl"
+    job = SolveJob("best_of_n", list(env.tasks)[:1], path, CONFIG).open()
+    ctx, _ = context(env, ScriptedPolicy("\\boxed{2}", delay_s=5.0), "best_of_n", candidates=1)
+    summary = asyncio.run(job.arun(ctx, task_timeout_s=0.2)).to_dict()
+    assert summary["masked"] == 1 and summary["selected_score"] is None
+    assert summary["masked_reasons"] == {"the task took more than 0.2 s (--episode-timeout)": 1}
+    assert SolveJob("best_of_n", list(env.tasks)[:1], path, CONFIG).open().pending == []
