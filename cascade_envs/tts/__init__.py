@@ -6,7 +6,7 @@ module below registers its own on import. ``cascade-envs solve`` runs them over 
 
 from __future__ import annotations
 
-from . import best_of_n, refine  # noqa: F401  # each registers its strategy
+from . import best_of_n, refine, submit  # noqa: F401  # each registers its strategy
 from .base import (
     ROLES,
     STRATEGIES,

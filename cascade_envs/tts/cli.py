@@ -50,6 +50,9 @@ def add_parser(
         help="refine: who verifies: the policy itself (default), the --judge-url judge, or another "
         "policy at an http(s) URL",
     )
+    p.add_argument(
+        "--submissions", type=int, default=50, metavar="S", help="submit: submissions per task (default 50)"
+    )
     p.add_argument("--limit", type=int, metavar="L", help="at most this many tasks")
     p.add_argument("--seed", type=seed, default=0, metavar="N|none", help="request seed base (default 0)")
     p.add_argument("--max-generations", type=int, metavar="G", help="model calls the whole run may make")
@@ -85,6 +88,8 @@ def cmd_solve(args: argparse.Namespace, make_policy: Callable[[argparse.Namespac
     ):
         if value < 1:
             raise CascadeError(f"{flag} must be at least 1, got {value}")
+    if args.submissions < 0:
+        raise CascadeError(f"--submissions must be at least 0, got {args.submissions}")
     try:
         env_kwargs = json.loads(args.env_kwargs or "{}")
     except json.JSONDecodeError as exc:
@@ -111,6 +116,7 @@ def cmd_solve(args: argparse.Namespace, make_policy: Callable[[argparse.Namespac
             "rounds": args.rounds,
             "selector": args.selector,
             "accept_streak": args.accept_streak,
+            **({"submissions": args.submissions} if args.strategy == "submit" else {}),
         },
         "policy": args.policy if not args.policy.startswith("http") else f"{args.policy} {args.model or ''}".strip(),
         "verifier": args.verifier,
@@ -145,6 +151,7 @@ def cmd_solve(args: argparse.Namespace, make_policy: Callable[[argparse.Namespac
                 judge=judge, verifier=verifier, budget=budget,
                 candidates=args.candidates, rounds=args.rounds, selector=args.selector,
                 accept_streak=args.accept_streak, request_timeout_s=args.request_timeout,
+                options={"submissions": args.submissions},
             )  # fmt: skip
             return await job.arun(
                 ctx,

@@ -2,7 +2,8 @@
 
 The answer's last fenced code block (Python 3, or C++ compiled with ``g++ -O2 -std=c++17``) must
 pass every test of the task — stdin/stdout, function-call (LeetCode-style) or checker-judged — to
-earn 1. It reads the public code RL rows unchanged (NeMo Gym ``code_gen`` layout, see ``task.py``).
+earn 1. It reads the public code RL rows unchanged (NeMo Gym ``code_gen`` layout, see ``task.py``);
+rows with IOI-style ``subtasks`` earn the fraction of the points of the subtasks passed (``subtasks.py``).
 Tests run in a sandbox here, on a verification service when ``verifier_url`` is given
 (``cascade-envs serve-sandbox``), or on Ray actors when ``ray_actors`` is given. A row's tests are
 parsed once, when it loads (``CodeProblem``).

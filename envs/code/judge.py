@@ -23,6 +23,7 @@ from ...sandbox.results import ExecResult
 from .compare import compare_output, compare_value, describe_value
 from .extract import last_code_block
 from .harness import DRIVER, DRIVER_NAME, SOLUTION_NAME, parse_result
+from .subtasks import SubtaskVerdict, all_failed, run_subtasks, summary
 from .task import CHECKER_EXIT, CodeTask
 
 
@@ -67,6 +68,8 @@ class Verdict:
     time_s: float = 0.0
     max_test_time_s: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    score: float | None = None
+    """The reward when it is not all or nothing (IOI subtasks: the fraction of the points earned)."""
 
     def reward(self, language: str) -> Reward:
         components = {
@@ -80,11 +83,23 @@ class Verdict:
             "max_test_time_s": round(self.max_test_time_s, 4),
             **self.details,
         }
+        value = float(self.passed) if self.score is None else self.score
         return (
-            Reward(1.0, components, reason=self.reason)
-            if self.passed
-            else Reward.zero(self.reason, **components)
+            Reward(value, components, reason=self.reason) if value else Reward.zero(self.reason, **components)
         )
+
+
+def _subtask_verdict(verdict: Verdict, subtasks: list[SubtaskVerdict]) -> Verdict:
+    """``verdict`` scored by its subtasks: points fraction, reason and per-subtask details."""
+    verdict.score, verdict.reason = summary(subtasks)
+    verdict.passed = all(v.accepted for v in subtasks)
+    verdict.details = {
+        **verdict.details,
+        "points": sum(v.earned for v in subtasks),
+        "max_points": sum(v.points for v in subtasks),
+        "subtasks": [v.to_dict() for v in subtasks],
+    }
+    return verdict
 
 
 class CheckerError(Exception):
@@ -179,11 +194,15 @@ class Judge:
             else:
                 program = await self.build(session, code, language, "solution")
             if program.error:
-                return Verdict(False, f"compile error: {program.error}", task.n_tests)
+                failed = Verdict(False, f"compile error: {program.error}", task.n_tests)
+                if task.subtasks:
+                    return _subtask_verdict(failed, all_failed(task.subtasks, failed.reason))
+                return failed
             await session.awrite(program.files)
             checker = _CheckerRun(self, task, cfg) if task.checker else None
+            run = self._run_subtasks if task.subtasks else self._run_tests
             try:
-                return await self._run_tests(session, program, task, checker, cfg)
+                return await run(session, program, task, checker, cfg)
             finally:
                 if checker:
                     await checker.aclose()
@@ -197,35 +216,70 @@ class Judge:
         cfg: JudgeConfig,
     ) -> Verdict:
         verdict = Verdict(True, f"{task.n_tests}/{task.n_tests} tests passed", task.n_tests)
-        budget = task.total_time_s or cfg.total_time_s
-        limit = task.time_limit_s or cfg.time_limit_s
-        memory = task.memory_mb or cfg.memory_mb
-        for index, (given, expected) in enumerate(zip(task.inputs, task.outputs, strict=True)):
-            remaining = budget - verdict.time_s
-            failure: str | None
-            if remaining <= 0:
-                failure = f"time budget of {budget:g}s per response exhausted"
-            else:
-                out_mb = max(1.0, 4 * len(expected) / (1 << 20) + 1)
-                wall = min(limit * cfg.wall_factor + 0.5, remaining)
-                result = await session.arun(
-                    program.argv, given, timeout_s=wall, memory_mb=memory, output_limit_mb=out_mb
-                )
-                verdict.tests_run += 1
-                verdict.time_s += result.wall_s
-                verdict.max_test_time_s = max(verdict.max_test_time_s, result.wall_s)
-                failure = run_failure(result, limit) or await self._check(
-                    result, given, expected, task, checker
-                )
+        for index in range(task.n_tests):
+            failure = await self._run_test(session, program, task, checker, cfg, verdict, index)
             if failure is None:
                 verdict.tests_passed += 1
                 continue
             if verdict.passed:
                 verdict.passed, verdict.failed_test = False, index
                 verdict.reason = f"test {index + 1}/{task.n_tests}: {failure}"
-            if cfg.stop_at_first_failure or remaining <= 0:
+            if cfg.stop_at_first_failure or failure.startswith("time budget"):
                 break
         return verdict
+
+    async def _run_test(
+        self,
+        session: Session,
+        program: Program,
+        task: CodeTask,
+        checker: _CheckerRun | None,
+        cfg: JudgeConfig,
+        verdict: Verdict,
+        index: int,
+    ) -> str | None:
+        """Run hidden test ``index`` (its time added to ``verdict``): ``None`` when it passed, else why not."""
+        budget = task.total_time_s or cfg.total_time_s
+        remaining = budget - verdict.time_s
+        if remaining <= 0:
+            return f"time budget of {budget:g}s per response exhausted"
+        given, expected = task.inputs[index], task.outputs[index]
+        limit = task.time_limit_s or cfg.time_limit_s
+        out_mb = max(1.0, 4 * len(expected) / (1 << 20) + 1)
+        wall = min(limit * cfg.wall_factor + 0.5, remaining)
+        result = await session.arun(
+            program.argv,
+            given,
+            timeout_s=wall,
+            memory_mb=task.memory_mb or cfg.memory_mb,
+            output_limit_mb=out_mb,
+        )
+        verdict.tests_run += 1
+        verdict.time_s += result.wall_s
+        verdict.max_test_time_s = max(verdict.max_test_time_s, result.wall_s)
+        return run_failure(result, limit) or await self._check(result, given, expected, task, checker)
+
+    async def _run_subtasks(
+        self,
+        session: Session,
+        program: Program,
+        task: CodeTask,
+        checker: _CheckerRun | None,
+        cfg: JudgeConfig,
+    ) -> Verdict:
+        """IOI rules: each subtask's tests until its first failure; the score is the points fraction."""
+        verdict = Verdict(True, "", task.n_tests)
+
+        async def run(index: int) -> str | None:
+            failure = await self._run_test(session, program, task, checker, cfg, verdict, index)
+            if failure is None:
+                verdict.tests_passed += 1
+            elif verdict.failed_test is None:
+                verdict.failed_test = index
+            return failure
+
+        subtasks = await run_subtasks(task.subtasks, run)
+        return _subtask_verdict(verdict, subtasks)
 
     async def _check(
         self, result: ExecResult, given: str, expected: str, task: CodeTask, checker: _CheckerRun | None

@@ -14,7 +14,9 @@ and its method called. Optional extras, all under ``verifier_metadata``:
 - ``languages``: the languages accepted (default: Python and C++);
 - ``public_tests``: the tests a solver may see (the statement's examples), in the ``unit_tests``
   layout (``fn_name`` and the limits are the row's); they never score, ``unit_tests`` do: they are
-  ``CodeEnv.acheck``, what test-time scaling screens candidates with.
+  ``CodeEnv.acheck``, what test-time scaling screens candidates with;
+- ``subtasks``: IOI-style groups of the ``unit_tests`` with points (``subtasks.py``); the reward is
+  then the fraction of the points earned.
 
 Each limit must be a finite number in its range (``LIMITS``): ``time_limit_s`` 0.01-3600 CPU
 seconds, ``total_time_s`` 0.01-86400 s, ``memory_mb`` a whole number 16-1048576 MiB,
@@ -33,6 +35,7 @@ from typing import Any
 
 from ...core import TaskError
 from ...data import Prompt, decode_json_field
+from .subtasks import Subtask, parse_subtasks
 
 SUPPORTED_LANGUAGES = ("python", "cpp")
 CHECKER_EXIT = {0: "accepted", 1: "wrong answer", 2: "presentation error", 3: "checker failure", 7: "partial"}
@@ -55,6 +58,7 @@ class CodeTask:
     total_time_s: float | None = None
     float_tolerance: float | None = None
     languages: tuple[str, ...] = SUPPORTED_LANGUAGES
+    subtasks: tuple[Subtask, ...] = ()
 
     @property
     def n_tests(self) -> int:
@@ -82,7 +86,7 @@ def public_problem(prompt: Prompt, row: dict[str, Any]) -> CodeProblem | None:
     if isinstance(public, dict) and "fn_name" not in public:
         unit = _unit_tests(meta)
         public = {**public, "fn_name": unit.get("fn_name")} if unit.get("fn_name") else public
-    public_meta = {k: v for k, v in meta.items() if k != "public_tests"}
+    public_meta = {k: v for k, v in meta.items() if k not in ("public_tests", "subtasks")}
     public_meta["unit_tests"] = public
     try:
         tests = parse_code_task({"verifier_metadata": public_meta})
@@ -143,25 +147,10 @@ def parse_code_task(row: dict[str, Any]) -> CodeTask:
     if not isinstance(meta, dict):
         raise TaskError("missing or not an object", "verifier_metadata")
     tests = _unit_tests(meta)
-    inputs, outputs = tests.get("inputs"), tests.get("outputs")
-    for name, value in (("inputs", inputs), ("outputs", outputs)):
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise TaskError("expected a list of strings", f"verifier_metadata.unit_tests.{name}")
-    assert isinstance(inputs, list) and isinstance(outputs, list)
-    if len(inputs) != len(outputs):
-        raise TaskError(f"{len(inputs)} inputs but {len(outputs)} outputs", "verifier_metadata.unit_tests")
     fn_name = tests.get("fn_name") or None
     if fn_name is not None and (not isinstance(fn_name, str) or not fn_name.isidentifier()):
         raise TaskError("expected a Python identifier", "verifier_metadata.unit_tests.fn_name")
-    if fn_name:
-        for i, (inp, out) in enumerate(zip(inputs, outputs, strict=True)):
-            try:
-                [json.loads(line) for line in inp.split("\n")]
-                json.loads(out)
-            except json.JSONDecodeError as exc:
-                raise TaskError(
-                    f"test {i}: function-call tests need JSON values: {exc}", "verifier_metadata.unit_tests"
-                ) from exc
+    inputs, outputs = _pairs(tests, "verifier_metadata.unit_tests", fn_name)
     checker = meta.get("checker")
     if checker is not None:
         if not (
@@ -197,7 +186,27 @@ def parse_code_task(row: dict[str, Any]) -> CodeTask:
         total_time_s=_limit(meta, "total_time_s"),
         float_tolerance=_limit(meta, "float_tolerance") or None,
         languages=tuple(("python",) if fn_name else languages),
+        subtasks=parse_subtasks(meta, len(inputs)),
     )
+
+
+def _pairs(tests: dict[str, Any], field: str, fn_name: str | None) -> tuple[list[str], list[str]]:
+    """The ``inputs`` and ``outputs`` of a test set, checked (JSON values for function-call tests)."""
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
+    for name, value in (("inputs", inputs), ("outputs", outputs)):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TaskError("expected a list of strings", f"{field}.{name}")
+    assert isinstance(inputs, list) and isinstance(outputs, list)
+    if len(inputs) != len(outputs):
+        raise TaskError(f"{len(inputs)} inputs but {len(outputs)} outputs", field)
+    if fn_name:
+        for i, (inp, out) in enumerate(zip(inputs, outputs, strict=True)):
+            try:
+                [json.loads(line) for line in inp.split("\n")]
+                json.loads(out)
+            except json.JSONDecodeError as exc:
+                raise TaskError(f"test {i}: function-call tests need JSON values: {exc}", field) from exc
+    return inputs, outputs
 
 
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
