@@ -161,9 +161,14 @@ class TrainConfig(Section):
     progress: bool = True
     plot: bool = True
     save_rollouts: bool = False
+    packing: bool = True
+    """Pack the optimizer pass's sequences into rows (``packing.py``) instead of padding them."""
+    pack_tokens: int = 1024
+    """The token budget of one packed micro-batch (a longer sequence gets a row of its own)."""
 
     def check(self) -> None:
         _at_least_one("train.save_every", self.save_every)
+        _at_least_one("train.pack_tokens", self.pack_tokens)
         _at_least_one("train.keep_checkpoints", self.keep_checkpoints)
         if self.steps < 0:
             raise ConfigError(f"train.steps must be >= 0, got {self.steps}")
