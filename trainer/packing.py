@@ -61,8 +61,15 @@ class PackedBatch:
 
 
 def share_prompts(model: Any) -> bool:
-    """Whether ``model``'s attention takes the tree mask that lets a row hold a prompt once."""
-    return getattr(model.config, "_attn_implementation", None) in MASKED_ATTENTION
+    """Whether ``model``'s attention takes the tree mask that lets a row hold a prompt once.
+
+    Not with sliding-window layers: transformers uses a given 4D mask as is, so the window would be lost.
+    """
+    config = model.config
+    window = getattr(config, "sliding_window", None) is not None
+    sliding = window and getattr(config, "use_sliding_window", None) is not False
+    sliding = sliding or "sliding_attention" in (getattr(config, "layer_types", None) or ())
+    return getattr(config, "_attn_implementation", None) in MASKED_ATTENTION and not sliding
 
 
 def _cost(sequences: Sequence[TrainSequence], indices: Sequence[int], share: bool) -> int:

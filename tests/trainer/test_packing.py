@@ -110,9 +110,12 @@ def test_responses_in_a_row_do_not_see_each_other():
     assert torch.equal(before[1], after[1])
 
 
-def test_only_sdpa_and_eager_share_prompts():
+def test_only_sdpa_and_eager_without_sliding_windows_share_prompts():
     assert share_prompts(model_with("sdpa")) and share_prompts(model_with("eager"))
     assert not share_prompts(model_with("flash_attention_2"))
+    windowed = model_with("sdpa")
+    windowed.config.sliding_window = 4096  # a given 4D mask would drop the window: packed from position ids
+    assert not share_prompts(windowed)
 
 
 @pytest.mark.parametrize("share", [True, False])
