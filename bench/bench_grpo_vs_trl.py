@@ -6,14 +6,15 @@ same group size, completion length, learning rate and reward, strictly on-policy
 ``loss_type="dapo"`` (token-level normalisation), ``beta=0`` (no KL / reference model) and
 ``num_iterations=1`` (one optimizer step per generation batch), which is this trainer's GRPO.
 Each side runs in its own subprocess (so peak RSS is its own), ``--repeats`` times, alternating
-with the other side; the fastest run of each side counts. The first step of a run is a warm-up and
-is not timed. A step covers generation, reward and the optimizer update on both sides. Both sides
+with the other side; each repeat gives one ratio (our step time / TRL's, the two runs back to back),
+and the table reports the median run of each side and the median and spread (min-max) of the
+ratio over the repeats. The first step of a run is a warm-up and is not timed. A step covers generation, reward and the optimizer update on both sides. Both sides
 train on the same prompts in the same order (the draws of this trainer's seeded mix; no
 oversampling here, so each step plays exactly ``--prompts`` prompts), stop on the same end
 tokens, and score a sample cut at the length cap with the env's truncation reward (0); time per
 generated token is reported next to time per step, since the two sides sample different lengths.
 
-    python bench/bench_grpo_vs_trl.py [--steps 3] [--prompts 4] [--group 4] [--max-tokens 32] [--model tiny|embedded] [--repeats 2]
+    python bench/bench_grpo_vs_trl.py [--steps 3] [--prompts 4] [--group 4] [--max-tokens 32] [--model tiny|embedded] [--repeats 3] [--no-packing]
 """
 
 from __future__ import annotations
@@ -116,15 +117,26 @@ def run_ours(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, 
 
     config = training_config(args, str(model_dir), out, register_bench_env())
     config.rollout.max_oversampling = 1.0  # play exactly the step's prompts, as TRL does (equal work)
+    config.train.packing = not args.no_packing
     trainer = Trainer(config)
-    times, tokens = [], []
+    times, tokens, rewards, padded, packed = [], [], [], [], []
     for _ in range(args.steps):
         start = time.perf_counter()
         metrics = trainer.train_step()
         times.append(time.perf_counter() - start)
         tokens.append(metrics["throughput/generated_tokens"])
+        rewards.append(metrics["reward/mean"])
+        padded.append(metrics.get("train/padded_tokens", float("nan")))
+        packed.append(metrics.get("train/packed_tokens", float("nan")))
     trainer.close()
-    return {"step_s": times, "generated_tokens": tokens, "peak_rss_mb": peak_rss_mb()}
+    return {
+        "step_s": times,
+        "generated_tokens": tokens,
+        "reward": rewards,
+        "padded_tokens": padded,
+        "packed_tokens": packed,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def run_trl(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, Any]:
@@ -138,6 +150,7 @@ def run_trl(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, A
     env = cascade_envs.make("bench/Reward-v0")
     n = args.prompts * args.group
     tokens: list[int] = []
+    rewards: list[float] = []
     end_ids: set[int] = set()
 
     def reward(completions: list, completion_ids: list, task_json: list, **_: Any) -> list[float]:
@@ -162,12 +175,19 @@ def run_trl(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, A
         def on_log(self, _args: Any, _state: Any, _control: Any, logs: dict | None = None, **k: Any) -> None:
             if logs and "completions/mean_length" in logs:
                 tokens.append(round(logs["completions/mean_length"] * n))
+            if logs and "reward" in logs:
+                rewards.append(float(logs["reward"]))
 
     timer = Timer()
     trainer = trl_trainer(args, str(model_dir), out, trl_rows(order, prompt_messages), reward, [timer])
     end_ids.update(end_token_ids(trainer.model, trainer.processing_class))
     trainer.train()
-    return {"step_s": timer.times, "generated_tokens": tokens, "peak_rss_mb": peak_rss_mb()}
+    return {
+        "step_s": timer.times,
+        "generated_tokens": tokens,
+        "reward": rewards,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def child(args: argparse.Namespace) -> None:
@@ -195,6 +215,7 @@ def run_side(side: str, args: argparse.Namespace, model_dir: Path, tmp: Path) ->
         str(args.max_tokens),
         "--lr",
         str(args.lr),
+        *(["--no-packing"] if args.no_packing else []),
     ]
     return spawn(__file__, side, argv, timeout_s=3600)
 
@@ -216,8 +237,10 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-6)
     parser.add_argument("--model", choices=["tiny", "embedded"], default="tiny")
     parser.add_argument(
-        "--repeats", type=int, default=2, help="runs per side, alternating; the fastest counts"
+        "--repeats", type=int, default=3, help="runs per side, alternating; median and spread are reported"
     )
+    parser.add_argument("--no-packing", action="store_true", help="train.packing off on our side")
+    parser.add_argument("--save-runs", help="also write every run's measurements to this JSON file")
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -231,31 +254,67 @@ def main() -> None:
         tmp = Path(tmp_name)
         model_dir = build_model(args.model, tmp / "model")
         runs: dict[str, list[dict[str, Any]]] = {"ours": [], "trl": []}
-        for _ in range(args.repeats):  # alternate the sides, so load from other processes hits both
+        for i in range(args.repeats):  # alternate the sides, so load from other processes hits both
             for side in runs:
                 runs[side].append(run_side(side, args, model_dir, tmp))
-        ours, trl = (min(runs[side], key=per_step) for side in ("ours", "trl"))
+            ratio = per_step(runs["ours"][-1]) / per_step(runs["trl"][-1])
+            print(
+                f"repeat {i + 1}: ours {per_step(runs['ours'][-1]):.2f} s, TRL {per_step(runs['trl'][-1]):.2f} s, ours/TRL {ratio:.2f}x",
+                flush=True,
+            )
+    if args.save_runs:
+        Path(args.save_runs).write_text(json.dumps(runs))
+    report(args, runs)
+
+
+def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
+    return sorted(results, key=per_step)[(len(results) - 1) // 2]
+
+
+def timed_mean(values: list[float]) -> float:
+    """Mean over the timed steps (the first is a warm-up)."""
+    timed = values[1:] or values
+    return sum(timed) / len(timed) if timed else float("nan")
+
+
+def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> None:
+    import statistics
+
     import torch
     import trl as trl_module
 
+    ratios = [per_step(o) / per_step(t) for o, t in zip(runs["ours"], runs["trl"], strict=True)]
+    ours, trl = median_run(runs["ours"]), median_run(runs["trl"])
     print(
         f"GRPO step on CPU ({torch.get_num_threads()} threads): model={args.model}, {args.prompts} prompts x "
-        f"{args.group} rollouts, max {args.max_tokens} new tokens, {args.steps - 1} timed step(s), best of {args.repeats} runs per side; trl {trl_module.__version__}"
+        f"{args.group} rollouts, max {args.max_tokens} new tokens, {args.steps - 1} timed step(s), "
+        f"{args.repeats} runs per side (median run shown), packing {'off' if args.no_packing else 'on'}; "
+        f"trl {trl_module.__version__}"
     )
-    print(f"{'':<28}{'cascade-envs':>14}{'TRL':>14}{'TRL / ours':>12}")
+    print(f"{'':<30}{'cascade-envs':>14}{'TRL':>14}{'ours / TRL':>12}")
     a, b = per_step(ours), per_step(trl)
-    print(f"{'time per step (s)':<28}{a:>14.2f}{b:>14.2f}{b / a:>11.2f}x")
+    print(f"{'time per step (s)':<30}{a:>14.2f}{b:>14.2f}{a / b:>11.2f}x")
     ma, mb = ours["peak_rss_mb"], trl["peak_rss_mb"]
-    print(f"{'peak RSS (MiB)':<28}{ma:>14.0f}{mb:>14.0f}{mb / ma:>11.2f}x")
-    ta = sum(ours["generated_tokens"][1:]) / max(len(ours["generated_tokens"]) - 1, 1)
-    tb = (
-        sum(trl["generated_tokens"][1:]) / max(len(trl["generated_tokens"]) - 1, 1)
-        if trl["generated_tokens"]
+    print(f"{'peak RSS (MiB)':<30}{ma:>14.0f}{mb:>14.0f}{ma / mb:>11.2f}x")
+    ta, tb = timed_mean(ours["generated_tokens"]), timed_mean(trl["generated_tokens"])
+    print(f"{'generated tokens per step':<30}{ta:>14.0f}{tb:>14.0f}{ta / tb:>11.2f}x")
+    pa, pb = a / ta * 1e3, b / tb * 1e3
+    print(f"{'time per generated token (ms)':<30}{pa:>14.1f}{pb:>14.1f}{pa / pb:>11.2f}x")
+    ra = statistics.mean(r for run in runs["ours"] for r in run["reward"])
+    rb = (
+        statistics.mean(r for run in runs["trl"] for r in run["reward"])
+        if runs["trl"][0]["reward"]
         else float("nan")
     )
-    print(f"{'generated tokens per step':<28}{ta:>14.0f}{tb:>14.0f}{tb / ta:>11.2f}x")
-    pa, pb = a / ta * 1e3, b / tb * 1e3
-    print(f"{'time per generated token (ms)':<28}{pa:>14.1f}{pb:>14.1f}{pb / pa:>11.2f}x")
+    print(f"{'mean reward (all runs)':<30}{ra:>14.3f}{rb:>14.3f}")
+    print(
+        f"{'train tokens: padded/packed':<30}{timed_mean(ours['padded_tokens']):>14.0f}"
+        f"{timed_mean(ours['packed_tokens']):>14.0f}  (per step, our side)"
+    )
+    print(
+        f"ours / TRL step time over {len(ratios)} repeats: median {statistics.median(ratios):.2f}x, "
+        f"spread {min(ratios):.2f}-{max(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})"
+    )
 
 
 if __name__ == "__main__":

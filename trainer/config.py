@@ -173,12 +173,17 @@ class TrainConfig(Section):
     collective_timeout_s: float = 600.0
     """Sharded runs: the bound of every collective (and of process-group setup); a rank that does not
     answer within it stops the run."""
+    packing: bool = True
+    """Pack the optimizer pass's sequences into rows (``packing.py``) instead of padding them."""
+    pack_tokens: int = 1024
+    """The token budget of one packed micro-batch (a longer sequence gets a row of its own)."""
 
     def check(self) -> None:
         _at_least_one("train.save_every", self.save_every)
         _at_least_one("train.world_size", self.world_size)
         if not (_is_finite_number(self.collective_timeout_s) and self.collective_timeout_s > 0):
             raise ConfigError(f"train.collective_timeout_s must be > 0, got {self.collective_timeout_s}")
+        _at_least_one("train.pack_tokens", self.pack_tokens)
         _at_least_one("train.keep_checkpoints", self.keep_checkpoints)
         if self.steps < 0:
             raise ConfigError(f"train.steps must be >= 0, got {self.steps}")

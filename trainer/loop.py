@@ -32,15 +32,8 @@ from .config import Config, OptimConfig, check_output_dir, model_path
 from .engine import RolloutEngine, make_engine
 from .evaluation import score_env
 from .metrics import MetricsLogger, rollout_metrics
-from .model import (
-    autocast,
-    collate,
-    load_model,
-    micro_batches,
-    response_logits,
-    return_freed_memory_to_the_os,
-    token_logprobs,
-)
+from .model import MicroBatch, autocast, load_model, return_freed_memory_to_the_os
+from .packing import PackedBatch, layout_metrics, make_pass, pass_logprobs, plan_passes, share_prompts
 from .sequence import TokenScores, TrainSequence
 from .sources import HFScorer, InferenceLogprobs, LogprobSource, source_tensors
 from .strategies import LossInputs, SourceTensors, make_strategy
@@ -161,8 +154,11 @@ class Trainer:
         return sequences
 
     def _micro_batches(self, sequences: list[TrainSequence]) -> list[list[int]]:
-        """Index lists of the micro-batches; an empty list is a pass that only keeps ranks in step."""
-        return micro_batches(sequences, self.config.optim.micro_batch_size)
+        """Index lists of the passes (packed rows or padded micro-batches); an empty list is a pass
+        that only keeps ranks in step."""
+        t = self.config.train
+        share = share_prompts(self.model)
+        return plan_passes(sequences, t.packing, t.pack_tokens, self.config.optim.micro_batch_size, share)
 
     def _idle_pass(self) -> None:
         raise AssertionError("a single-process run has no idle micro-batch")
@@ -381,19 +377,20 @@ class Trainer:
         n_sequences = sum(1 for seq in batch.sequences if seq.trained_tokens)
         sums: dict[str, float] = {}
         loss_sum = entropy_sum = mismatch_sum = mismatch_n = 0.0
+        t, share = self.config.train, share_prompts(self.model)
         for part in self._micro_batches(sequences):
             if not part:
                 self._idle_pass()
                 continue
             rows = [sequences[i] for i in part]
-            mb = collate(rows, self.pad_id, self.device)
+            mb = make_pass(rows, self.pad_id, self.model, t.packing, share)
             tensors = {
                 name: source_tensors(
                     [scores[name][i] for i in part], rows, mb.response_ids.shape[1], self.device
                 )
                 for name in scores
             }
-            logp, entropy = token_logprobs(self._logits(mb), mb.response_ids, entropy=True)
+            logp, entropy = self._logprobs(mb)
             inputs = LossInputs(
                 logp,
                 mb.response_mask,
@@ -435,6 +432,7 @@ class Trainer:
             "train/lr": lr,
             "train/entropy": entropy_sum / max(n_tokens, 1),
             "train/tokens": float(n_tokens),
+            **layout_metrics(sequences, o.micro_batch_size, t.pack_tokens, share),
             "train/inference_logprob_abs_diff": mismatch_sum / mismatch_n if mismatch_n else float("nan"),
             **self.strategy.finish_metrics(sums),
             **metrics,
@@ -452,12 +450,11 @@ class Trainer:
             metrics[f"time/{name}_s"] = time.perf_counter() - started
         return scores, metrics
 
-    def _logits(self, mb: Any) -> torch.Tensor:
-        """The policy's logits of ``mb``'s response tokens over the distribution the engine sampled from (logits / T)."""
+    def _logprobs(self, mb: MicroBatch | PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's logprobs and entropies of ``mb``'s response tokens over the distribution the
+        engine sampled from (logits / T)."""
         temperature = self.config.rollout.temperature if self.config.rollout.temperature > 0 else 1.0
-        with autocast(self.config.model, self.device):
-            logits = response_logits(self.model, mb)
-        return logits / temperature if temperature != 1.0 else logits
+        return pass_logprobs(self.model, mb, temperature, autocast(self.config.model, self.device))
 
     def _fail(self, step: int, what: str) -> None:
         self.optimizer.zero_grad(set_to_none=True)

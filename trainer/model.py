@@ -142,7 +142,7 @@ def collate(sequences: list[TrainSequence], pad_id: int, device: torch.device) -
     )
 
 
-def _accepts_logits_to_keep(model: Any) -> bool:
+def accepts_logits_to_keep(model: Any) -> bool:
     try:
         return "logits_to_keep" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -168,7 +168,7 @@ def response_logits(model: Any, mb: MicroBatch) -> Tensor:
 def _full_logits(model: Any, mb: MicroBatch) -> Tensor:
     r = mb.response_ids.shape[1]
     kwargs: dict[str, Any] = {"use_cache": False}
-    if _accepts_logits_to_keep(model):
+    if accepts_logits_to_keep(model):
         kwargs["logits_to_keep"] = r + 1
     out = model(
         input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, **kwargs
@@ -201,7 +201,7 @@ def _shared_prompt_logits(model: Any, mb: MicroBatch) -> Tensor | None:
     rows = [index.setdefault(tuple(s.prompt_ids), len(index)) for s in mb.sequences]
     pad = int(mb.input_ids[0, 0]) if mb.attention_mask[0, 0] == 0 else 0
     ids, attn = (t.to(device) for t in left_pad([list(x) for x in index], pad))
-    kwargs: dict[str, Any] = {"logits_to_keep": 1} if _accepts_logits_to_keep(model) else {}
+    kwargs: dict[str, Any] = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
     out = model(
         input_ids=ids,
         attention_mask=attn,

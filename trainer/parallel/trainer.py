@@ -30,7 +30,8 @@ from ...rollout.runner import GroupResult, RolloutRunner
 from .. import checkpoint as ckpt
 from ..config import Config
 from ..loop import Trainer, TrainingError
-from ..model import DTYPES, _full_logits, autocast, micro_batches
+from ..model import DTYPES, MicroBatch, _full_logits, autocast, token_logprobs
+from ..packing import PackedBatch
 from ..sequence import TrainSequence
 from ..sources import LogprobSource
 from .dcp import load_plain_optimizer, load_sharded, save_sharded
@@ -95,17 +96,22 @@ class ShardedTrainer(Trainer):
         return [s for s in sequences if s.group in mine]
 
     def _micro_batches(self, sequences: list[TrainSequence]) -> list[list[int]]:
-        parts = micro_batches(sequences, self.config.optim.micro_batch_size)
+        parts = super()._micro_batches(sequences)
         most = max(self.ranks.gather(len(parts), "micro-batch counts"))
         return parts + [[] for _ in range(most - len(parts))]
 
-    def _logits(self, mb: Any) -> torch.Tensor:
-        # one forward per micro-batch on every rank (the shared-prompt path runs two): FSDP's
-        # all-gathers must pair up across ranks
+    def _logprobs(self, mb: MicroBatch | PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        # one forward per pass on every rank (a packed row is one; the padded shared-prompt path
+        # runs two): FSDP's all-gathers must pair up across ranks
+        if isinstance(mb, PackedBatch):
+            return super()._logprobs(mb)
         temperature = self.config.rollout.temperature if self.config.rollout.temperature > 0 else 1.0
         with autocast(self.config.model, self.device):
             logits = _full_logits(self.model, mb)
-        return logits / temperature if temperature != 1.0 else logits
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp, entropy = token_logprobs(logits, mb.response_ids, entropy=True)
+        return logp, entropy
 
     def _idle_pass(self) -> None:
         ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
