@@ -432,7 +432,7 @@ class Trainer:
             "train/lr": lr,
             "train/entropy": entropy_sum / max(n_tokens, 1),
             "train/tokens": float(n_tokens),
-            **layout_metrics(sequences, o.micro_batch_size, t.pack_tokens, share),
+            **self._reduce(layout_metrics(sequences, o.micro_batch_size, t.pack_tokens, share)),
             "train/inference_logprob_abs_diff": mismatch_sum / mismatch_n if mismatch_n else float("nan"),
             **self.strategy.finish_metrics(sums),
             **metrics,
