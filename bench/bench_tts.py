@@ -1,10 +1,12 @@
 """Test-time scaling: score against the number of generations, best-of-N and refine next to pass@k.
 
-For each env (the bundled math and code tasks) and each of its first ``--tasks`` tasks, in one run:
+For each env (the bundled math and code tasks, and the easy held-out instructions: the one set the
+embedded 135M model passes at times) and each of its first ``--tasks`` tasks, in one run:
 
 - best-of-N: ``--max-generations`` candidates sampled and scored by ``cascade_envs.tts``'s
   ``best_of_n`` sampler; for N in 1, 4, 16, 64 (up to that maximum) the strategy's selector
-  (math: majority over the extracted answers; code: the public tests) picks among the first N, and
+  (math: majority over the extracted answers; code: the public tests; instructions: their check,
+  which the prompt states) picks among the first N, and
   the selected one's score is the point at N generations;
 - plain repeated sampling at the same budget: pass@k for k = N, the unbiased estimate
   ``1 - C(n-c, k) / C(n, k)`` from the same n candidates with c correct (the oracle best-of-N);
@@ -38,7 +40,13 @@ from cascade_envs.tts.best_of_n import sample
 from cascade_envs.tts.scoring import correct
 from cascade_envs.tts.select import SELECTORS
 
-ENVS = {"math": ("cascade/Math-v0", "majority"), "code": ("cascade/Code-v0", "reward")}
+ENVS = {
+    "math": ("cascade/Math-v0", "majority"),
+    "code": ("cascade/Code-v0", "reward"),
+    "if": ("cascade/InstructionFollowing-v0", "reward"),
+}
+ENV_KWARGS: dict[str, dict[str, Any]] = {"if": {"tasks": "bundled:instruction_following/easy_heldout.jsonl"}}
+"""``if``: the easy held-out instructions, the one set here the embedded 135M model passes at times."""
 POINTS = (1, 4, 16, 64)
 
 
@@ -184,6 +192,7 @@ async def measure(policy: Any, args: argparse.Namespace) -> list[Point]:
     for name in args.envs:
         env_id, _ = ENVS[name]
         kwargs: dict[str, Any] = {"timeout_s": args.verify_timeout} if name == "math" else {}
+        kwargs.update(ENV_KWARGS.get(name, {}))
         env = cascade_envs.make(env_id, **kwargs, **({"thinking": False} if args.no_thinking else {}))
         try:
             started = time.perf_counter()
@@ -201,7 +210,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--policy", default="embedded", help="embedded (SmolLM2-135M, default), hf:PATH or http(s)://HOST/v1"
     )
     p.add_argument("--model", help="the model name of an http(s) policy")
-    p.add_argument("--envs", default="math,code", help="comma-separated: math, code (default both)")
+    p.add_argument("--envs", default="if,math,code", help="comma-separated: if, math, code (default all)")
     p.add_argument("--tasks", type=int, default=2, help="tasks per env (default 2)")
     p.add_argument(
         "--max-generations", type=int, default=16, help="largest N of best-of-N (default 16; up to 64)"
