@@ -125,6 +125,7 @@ def test_the_loop_runs_another_strategy_with_its_sources(tiny_model_dir, tmp_pat
             "optim": {"lr": 1e-3, "micro_batch_size": 2},
             "train": {
                 "steps": 1,
+                "packing": False,  # padded micro-batches of micro_batch_size (packing puts all 4 in one row)
                 "output_dir": str(tmp_path / "run"),
                 "save_every": 100,
                 "tensorboard": False,
