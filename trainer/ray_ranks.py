@@ -179,19 +179,40 @@ def _get_all(
             raise RankFailed(
                 f"trainer rank(s) {late} did not finish {what} within {timeout_s} s; all ranks stopped"
             )
-        rank = refs.index(done[0])
-        where = f" ({infos[rank]['host']}, pid {infos[rank]['pid']})" if infos else ""
         try:
             ray.get(done[0])
         except ray.exceptions.RayActorError as exc:
-            raise RankFailed(
-                f"trainer rank {rank}{where} died during {what}: {_last_line(exc)}; all ranks stopped"
-            ) from None
+            raise _failure(refs.index(done[0]), "died", exc, what, infos) from None
         except ray.exceptions.RayTaskError as exc:
-            raise RankFailed(
-                f"trainer rank {rank}{where} failed during {what}: {_last_line(exc)}; all ranks stopped"
-            ) from None
+            # a rank whose peer died usually fails first (its collective breaks): name the dead one
+            dead = _first_death(ray, refs, pending)
+            if dead is not None:
+                raise _failure(dead[0], "died", dead[1], what, infos) from None
+            raise _failure(refs.index(done[0]), "failed", exc, what, infos) from None
     return list(ray.get(refs))
+
+
+DEATH_GRACE_S = 15.0
+"""How long, after a rank raised, the others get to show whether one of them died (the cause)."""
+
+
+def _first_death(ray: Any, refs: list[Any], pending: list[Any]) -> tuple[int, BaseException] | None:
+    done, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S) if pending else ([], [])
+    for ref in done:
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            return refs.index(ref), exc
+        except Exception:  # only a death is of interest here
+            continue
+    return None
+
+
+def _failure(
+    rank: int, how: str, exc: BaseException, what: str, infos: list[dict[str, Any]] | None
+) -> RankFailed:
+    where = f" ({infos[rank]['host']}, pid {infos[rank]['pid']})" if infos else ""
+    return RankFailed(f"trainer rank {rank}{where} {how} during {what}: {_last_line(exc)}; all ranks stopped")
 
 
 def _last_line(exc: BaseException) -> str:
