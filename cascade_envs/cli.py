@@ -307,12 +307,7 @@ def cmd_filter(args: argparse.Namespace) -> int:
     from .judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable
     from .policy import SamplingParams
 
-    try:
-        env_kwargs = json.loads(args.env_kwargs or "{}")
-    except json.JSONDecodeError as exc:
-        raise CascadeError(f"--env-kwargs is not valid JSON: {exc}") from None
-    if not isinstance(env_kwargs, dict):
-        raise CascadeError("--env-kwargs must be a JSON object")
+    env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
     if args.judge_url:
         os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
     settings = FilterSettings(args.k, args.keep_unsolved, args.solved_threshold, args.seed)
