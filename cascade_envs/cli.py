@@ -499,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
         "config",
         nargs="?",
         metavar="CONFIG",
-        help="a config YAML or a shipped config name (if_rl, cascade_smoke, ...); a file with a top-level "
+        help="a config YAML or a shipped config name (if_rl, cascade_demo, ...); a file with a top-level "
         "'stages:' list runs a pipeline (default: the embedded single run)",
     )
     p.add_argument(

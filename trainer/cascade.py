@@ -6,7 +6,7 @@ single-stage config)::
     name: cascade
     model: {path: /ckpt/sft}          # the start (SFT) checkpoint; other model.* keys go to every stage
     output_dir: runs/cascade
-    eval: {max_tokens: 64, limit: 16, envs: {cascade/MCQA-v0: {tasks: /data/mcqa_heldout.jsonl}}}
+    eval: {max_tokens: 64, limit: 16, regression_margin: 0.05, envs: {cascade/MCQA-v0: {tasks: /data/mcqa_heldout.jsonl}}}
     stages:
       - {name: if_rl, config: if_rl, set: ["train.steps=2"]}
       - {name: rlhf_teacher, config: rlhf, init: start, chain: false}
@@ -202,6 +202,8 @@ def _check_eval(settings: EvalSettings) -> None:
         raise ConfigError(f"eval.limit must be at least 1 or null, got {settings.limit}")
     if settings.concurrency < 1:
         raise ConfigError(f"eval.concurrency must be at least 1, got {settings.concurrency}")
+    if not 0.0 <= settings.regression_margin < 1.0:
+        raise ConfigError(f"eval.regression_margin must be in [0, 1), got {settings.regression_margin}")
     for env_id, kwargs in settings.envs.items():
         try:
             check_env_id(env_id)

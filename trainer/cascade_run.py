@@ -34,8 +34,9 @@ from .cascade import (
     stage_teachers,
     with_teachers,
 )
+from .cascade_report import EvalRow, Scores, alarm_lines, eval_table, plot_cascade, regressions, stage_rewards
 from .config import Config, ConfigError, ModelConfig
-from .evaluation import EvalSettings, eval_table, evaluate_checkpoint, plot_eval
+from .evaluation import EvalSettings, evaluate_checkpoint
 from .run import run_training
 from .teachers import Candidate, choose_teachers, teacher_line
 from .typed_yaml import build
@@ -43,9 +44,6 @@ from .typed_yaml import build
 STATE_FILE = "cascade_state.json"
 EVAL_FILE = "eval.json"
 PLOT_FILE = "eval.png"
-
-Scores = dict[str, dict[str, Any]]
-"""``{env_id: evaluation result}`` of one checkpoint (``evaluation.evaluate_checkpoint``)."""
 
 
 @dataclass
@@ -67,6 +65,8 @@ class StageRecord(CheckpointRecord):
     steps: int = 0
     steps_with_signal: int = 0
     teachers: dict[str, Any] = field(default_factory=dict)
+    regressions: dict[str, Any] = field(default_factory=dict)
+    """The regression alarm after this stage: ``{env_id: {score, best, best_at, drop}}`` (``cascade_report``)."""
     train_s: float = 0.0
     finished_at: str = ""
 
@@ -223,6 +223,7 @@ class CascadeRunner:
             else:
                 self._say(f"{stage.name}: finished earlier ({record.checkpoint}); skipped")
             self._evaluate(state, stage.name, record)
+            self._check_regressions(state, stage.name, record)
             if stage.chain:
                 previous = record.checkpoint
         self.report(state)
@@ -280,19 +281,48 @@ class CascadeRunner:
 
     # ----- the report -------------------------------------------------------------------------------
 
-    def rows(self, state: PipelineState) -> list[tuple[str, Scores]]:
-        rows = [(START, state.start.eval if state.start else {})]
+    def _check_regressions(self, state: PipelineState, name: str, record: StageRecord) -> None:
+        """Flag each eval env whose score after ``name`` fell more than the margin below its best so far
+        (a branch trains a teacher aside, not the model the pipeline carries on: it raises no alarm)."""
+        rows = self.rows(state)
+        index = next(i for i, row in enumerate(rows) if row.label.split(" ")[0] == name)
+        margin = self.settings.regression_margin
+        found = regressions(rows, index, self.eval_envs, margin) if record.chain else {}
+        if found != record.regressions:
+            record.regressions = found
+            self.save_state(state)
+        rows[index].regressions = found
+        for line in alarm_lines([rows[index]], self.settings.regression_margin):
+            self._say(line)
+
+    def rows(self, state: PipelineState) -> list[EvalRow]:
+        """The start model and each finished stage, in pipeline order, each with the row it started from."""
+        rows = [EvalRow(START, state.start.eval if state.start else {})]
+        index = {START: 0}
+        previous = 0
         for stage in self.pipeline.stages:
             record = state.stages.get(stage.name)
-            if record is not None:
-                rows.append((stage.name if stage.chain else f"{stage.name} (branch)", record.eval))
+            if record is None:
+                continue
+            parent = previous if stage.init == PREVIOUS else index.get(stage.init, 0)
+            label = stage.name if stage.chain else f"{stage.name} (branch)"
+            rows.append(EvalRow(label, record.eval, parent, dict(record.regressions)))
+            index[stage.name] = len(rows) - 1
+            if stage.chain:
+                previous = len(rows) - 1
         return rows
 
     def report(self, state: PipelineState) -> None:
-        """Print the eval table; write ``eval.json`` and the plot (when matplotlib is installed)."""
+        """Print the eval table and its alarms; write ``eval.json`` and ``eval.png`` (with matplotlib)."""
         rows = self.rows(state)
-        print(f"held-out scores (mean over scored answers; change vs the row above; {self.out / EVAL_FILE}):")
+        margin = self.settings.regression_margin
+        print(
+            "held-out scores (mean over scored answers; change vs the checkpoint the stage started from; "
+            f"! = more than {margin:g} below the best earlier checkpoint; {self.out / EVAL_FILE}):"
+        )
         print(eval_table(rows, self.eval_envs))
+        for line in alarm_lines(rows, margin):
+            print(line)
         print(
             "steps with a learning signal: "
             + ", ".join(f"{n} {r.steps_with_signal}/{r.steps}" for n, r in state.stages.items())
@@ -303,12 +333,22 @@ class CascadeRunner:
                 "max_tokens": self.settings.max_tokens,
                 "limit": self.settings.limit,
                 "sampling": "greedy",
+                "regression_margin": margin,
             },
-            "rows": [{"stage": label, "results": results} for label, results in rows],
+            "rows": [
+                {
+                    "stage": row.label,
+                    "started_from": None if row.parent is None else rows[row.parent].label,
+                    "results": row.scores,
+                    "regressions": row.regressions,
+                }
+                for row in rows
+            ],
             "teachers": {n: r.teachers for n, r in state.stages.items() if r.teachers},
         }
         (self.out / EVAL_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        png = plot_eval(rows, self.eval_envs, self.out / PLOT_FILE)
+        curves = {n: stage_rewards(self.out / n) for n in self.names if n in state.stages}
+        png = plot_cascade(rows, self.eval_envs, curves, self.out / PLOT_FILE)
         print(f"plot: {png}" if png else "plot skipped: matplotlib is not installed (pip install matplotlib)")
 
     def _say(self, text: str) -> None:

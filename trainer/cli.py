@@ -1,7 +1,7 @@
 """``cascade-envs train [CONFIG] [--set key.sub=value ...] [--from-stage NAME]``: one run or a pipeline.
 
 ``CONFIG`` is a YAML file or the name of a shipped config (``trainer/configs/NAME.yaml``, e.g.
-``if_rl`` or ``cascade_smoke``); none: the embedded default run. A file with a top-level
+``if_rl`` or ``cascade_demo``); none: the embedded default run. A file with a top-level
 ``stages:`` list is a Cascade RL pipeline (``cascade.py``); any other is a single-stage config.
 """
 

@@ -1,4 +1,4 @@
-"""Held-out evaluation of checkpoints over many envs: scores, the stage-by-stage table and its plot.
+"""Held-out evaluation of checkpoints over many envs (the table and plot: ``cascade_report``).
 
 Every answer is greedy (temperature 0) with ``max_tokens`` per model turn; each env plays the first
 ``limit`` tasks of its task file (deterministic), ``group_size`` answers per task (1, except for envs
@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import importlib.util
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from ..core import CascadeError
@@ -46,6 +43,8 @@ class EvalSettings:
     group_sizes: dict[str, Any] = field(default_factory=dict)
     """Answers per task for envs that need more than 1 (``{cascade/GenRM-v0: 2}``)."""
     concurrency: int = 32
+    regression_margin: float = 0.05
+    """The regression alarm fires when a score falls more than this below its best earlier checkpoint."""
 
     def env_kwargs(self) -> dict[str, dict[str, Any]]:
         return {env_id: dict(kwargs or {}) for env_id, kwargs in self.envs.items()}
@@ -156,89 +155,3 @@ def _summary(env_id: str, groups: list[GroupResult], questions: int) -> dict[str
         "truncated": stats.truncated if stats else 0,
         "mask_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:3]),
     }
-
-
-# ----- reporting ----------------------------------------------------------------------------------
-
-
-def short_name(env_id: str) -> str:
-    """``cascade/InstructionFollowing-v0`` -> ``InstructionFollowing``."""
-    name = env_id.rsplit("/", 1)[-1]
-    head, sep, tail = name.rpartition("-v")
-    return head if sep and tail.isdigit() else name
-
-
-def _mean(result: dict[str, Any] | None) -> float | None:
-    value = (result or {}).get("mean")
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def eval_table(rows: list[tuple[str, dict[str, dict[str, Any]]]], env_ids: list[str]) -> str:
-    """Rows = checkpoints (start first), columns = envs, cells = mean score with the change vs the
-    row above (``+0.125``/``-0.250``/``=``); ``n/a``: not evaluated, ``masked``: no scored answer;
-    ``[k masked]`` counts masked answers left out of a mean."""
-    names = [short_name(e) for e in env_ids]
-    cells: list[list[str]] = []
-    previous: dict[str, float | None] = {}
-    for _, results in rows:
-        line = []
-        for env_id in env_ids:
-            result = results.get(env_id)
-            value = _mean(result)
-            if result is None:
-                text = "n/a"
-            elif value is None:
-                text = "masked"
-            else:
-                text = f"{value:.3f}"
-                before = previous.get(env_id)
-                if before is not None:
-                    delta = value - before
-                    text += " =" if abs(delta) < 5e-4 else f" {delta:+.3f}"
-                if result.get("masked"):
-                    text += f" [{result['masked']} masked]"
-            previous[env_id] = value if result is not None else previous.get(env_id)
-            line.append(text)
-        cells.append(line)
-    label_width = max([len(r[0]) for r in rows] + [5])
-    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
-    out = [
-        "stage".ljust(label_width) + "  " + "  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True))
-    ]
-    for (label, _), line in zip(rows, cells, strict=True):
-        out.append(
-            label.ljust(label_width) + "  " + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True))
-        )
-    return "\n".join(s.rstrip() for s in out)
-
-
-def plot_eval(
-    rows: list[tuple[str, dict[str, dict[str, Any]]]], env_ids: list[str], path: str | Path
-) -> Path | None:
-    """A PNG of every env's score after every stage (one line per env); ``None`` without matplotlib."""
-    if importlib.util.find_spec("matplotlib") is None:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [label for label, _ in rows]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(labels) + 2), 4.5))
-    for env_id in env_ids:
-        points = [(i, _mean(results.get(env_id))) for i, (_, results) in enumerate(rows)]
-        xs = [i for i, v in points if v is not None]
-        ys = [v for _, v in points if v is not None]
-        if xs:
-            ax.plot(xs, ys, marker="o", label=short_name(env_id))
-    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-    ax.set_ylabel("held-out mean score (greedy)")
-    ax.set_title("Score of every domain after every stage")
-    ax.grid(alpha=0.3)
-    if env_ids:
-        ax.legend(fontsize="small", loc="best")
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out

@@ -15,9 +15,10 @@ import yaml
 
 from cascade_envs.cli import main
 from cascade_envs.trainer.cascade import load_pipeline
+from cascade_envs.trainer.cascade_report import EvalRow, eval_table, regressions
 from cascade_envs.trainer.cascade_run import STATE_FILE, CascadeRunner, PipelineState, StageResult
 from cascade_envs.trainer.config import ConfigError
-from cascade_envs.trainer.evaluation import EvalSettings, eval_table, evaluate_checkpoint
+from cascade_envs.trainer.evaluation import EvalSettings, evaluate_checkpoint
 from cascade_envs.trainer.teachers import Candidate, choose_teachers
 
 ENV = "test/SayYes-v0"
@@ -225,23 +226,64 @@ def test_teacher_choice_by_score_ties_to_the_later_and_named_refs():
         choose_teachers("mopd", {"m": "later"}, candidates, ["m"], stages=["a", "b", "mopd", "later"])
 
 
-def test_eval_table_marks_changes_and_masked_answers():
+def test_eval_table_marks_changes_vs_the_parent_and_masked_answers():
     rows = [
-        ("start", {"e/A-v0": {"mean": 0.5, "masked": 0}, "e/B-v0": {"mean": None, "masked": 4}}),
-        ("s1", {"e/A-v0": {"mean": 0.75, "masked": 1}, "e/B-v0": {"mean": 0.25, "masked": 0}}),
-        ("s2", {"e/A-v0": {"mean": 0.75, "masked": 0}}),
+        EvalRow("start", {"e/A-v0": {"mean": 0.5, "masked": 0}, "e/B-v0": {"mean": None, "masked": 4}}),
+        EvalRow("s1", {"e/A-v0": {"mean": 0.75, "masked": 1}, "e/B-v0": {"mean": 0.25, "masked": 0}}, 0),
+        EvalRow("s2 (branch)", {"e/A-v0": {"mean": 0.25, "masked": 0}}, 0),
+        EvalRow("s3", {"e/A-v0": {"mean": 0.75, "masked": 0}}, 1),
     ]
+    rows[2].regressions = regressions(rows, 2, ["e/A-v0", "e/B-v0"], 0.05)
     lines = eval_table(rows, ["e/A-v0", "e/B-v0"]).splitlines()
     assert lines[0].split() == ["stage", "A", "B"]
     assert "0.500" in lines[1] and "masked" in lines[1]
     assert "0.750 +0.250 [1 masked]" in lines[2] and "0.250" in lines[2] and "+" not in lines[2].split("]")[1]
-    assert "0.750 =" in lines[3] and lines[3].rstrip().endswith("n/a")
+    assert "0.250 -0.250 !" in lines[3]  # vs start, where the branch began; 0.5 below s1's best
+    assert "0.750 =" in lines[4] and lines[4].rstrip().endswith("n/a")  # vs s1, not the branch above
+
+
+def test_regression_alarm_compares_with_the_best_earlier_checkpoint():
+    rows = [
+        EvalRow("start", {"A": {"mean": 0.5}, "B": {"mean": 0.5}}),
+        EvalRow("s1", {"A": {"mean": 0.75}, "B": {"mean": 0.5}}, 0),
+        EvalRow("s2", {"A": {"mean": 0.5}, "B": {"mean": 0.46}, "C": {"mean": 0.0}}, 1),
+    ]
+    assert regressions(rows, 2, ["A", "B", "C"], 0.05) == {
+        "A": {"score": 0.5, "best": 0.75, "best_at": "s1", "drop": 0.25}
+    }  # B fell 0.04 (inside the margin); C has no earlier score
+    assert regressions(rows, 2, ["A", "B"], 0.0)["B"]["drop"] == pytest.approx(0.04)
+    assert regressions(rows, 2, ["A"], 0.25) == {}  # exactly the margin is not more than it
+    assert regressions(rows, 0, ["A"], 0.0) == {}
+    rows[2].scores["A"] = {"mean": 0.0, "scored": 3, "masked": 4}  # a judge that failed on most answers
+    assert regressions(rows, 2, ["A"], 0.05) == {}
+
+
+def test_pipeline_flags_regressions_in_the_state_and_the_table(pipeline_file, capsys):
+    rec = Recorder({"start": 0.5, "a": 0.75, "b": 0.25, "c": 0.625})
+    state = run(pipeline_file, rec, ["eval.regression_margin=0.1"])
+    alarm = {ENV: {"score": 0.625, "best": 0.75, "best_at": "a", "drop": 0.125}}
+    assert state.stages["a"].regressions == {} and state.stages["c"].regressions == alarm
+    assert state.stages["b"].regressions == {}  # a branch (0.25) trains a teacher aside: no alarm
+    saved = json.loads((Path(load_pipeline(pipeline_file).output_dir) / STATE_FILE).read_text())
+    assert saved["stages"]["c"]["regressions"] == alarm
+    out, err = capsys.readouterr()
+    assert (
+        "regression alarm: after c, SayYes 0.625 is 0.125 below its best (a 0.750" in err
+    )  # when it happens
+    assert "regression alarm: after c" in out and "0.625 -0.125 !" in out  # and in the final table
+    rows = json.loads((Path(load_pipeline(pipeline_file).output_dir) / "eval.json").read_text())["rows"]
+    assert [r["started_from"] for r in rows] == [None, "start", "start", "a"]
+    assert (
+        state.stages["c"].regressions
+        == run(pipeline_file, rec, ["eval.regression_margin=0.1"]).stages["c"].regressions
+    )  # a resumed run keeps them
+    assert run(pipeline_file, rec, ["eval.regression_margin=0.2"]).stages["c"].regressions == {}
 
 
 def test_cli_train_names_pipelines_and_errors(pipeline_file, tiny_model_dir, tmp_path, capsys):
     assert main(["train", "no_such_config"]) == 2
     err = capsys.readouterr().err
-    assert "'no_such_config': no such file, and no shipped config" in err and "cascade_smoke" in err
+    assert "'no_such_config': no such file, and no shipped config" in err and "cascade_demo" in err
     assert main(["train", str(pipeline_file), "--from-stage", "zzz"]) == 2
     assert "no stage named 'zzz'" in capsys.readouterr().err
     assert main(["train", str(tmp_path / "grpo.yaml"), "--from-stage", "a"]) == 2
@@ -301,3 +343,32 @@ def test_masked_answers_are_counted_apart_never_as_zero():
     assert summary["mask_reasons"] == {"judge down": 2}
     only_masked = _summary("e/A-v0", [GroupResult("e/A-v0", "t", {}, [episode(Reward.failed("x"))])], 1)
     assert only_masked["mean"] is None and only_masked["masked"] == 1
+
+
+def test_control_arms_share_the_cascade_prefix_and_its_steps(pipeline_file, tmp_path):
+    from cascade_envs.trainer.cascade_arms import joint, no_mopd
+
+    rec = Recorder()
+    run(pipeline_file, rec)
+    pipeline = load_pipeline(pipeline_file)
+    arm = no_mopd(pipeline)
+    assert [(s["name"], s.get("init", "previous")) for s in arm["stages"]] == [
+        ("a", "previous"),
+        ("b", "start"),
+        ("c-no-mopd", "previous"),
+    ]
+    assert arm["stages"][2]["set"][-1] == "algorithm=grpo"
+    path = tmp_path / "no_mopd.yaml"
+    path.write_text(yaml.safe_dump(arm))
+    trained = len(rec.trained)
+    state = run(path, rec)  # same output_dir: a and b are the cascade's own, only c is retrained as GRPO
+    assert [Path(c.train.output_dir).name for c in rec.trained[trained:]] == ["c-no-mopd"]
+    assert rec.trained[-1].algorithm == "grpo" and not state.stages["c-no-mopd"].teachers
+    together = joint(pipeline)
+    (stage,) = together["stages"]
+    assert stage["name"] == "joint" and "train.steps=3" in stage["set"]  # a's 2 + c's 1; branch b left out
+    path.write_text(yaml.safe_dump(together))
+    run(path, rec)
+    assert rec.trained[-1].train.steps == 3 and list(rec.trained[-1].mix_weights()[0]) == [ENV]
+    with pytest.raises(ValueError, match="no MOPD stage"):
+        no_mopd(load_pipeline(path))

@@ -46,7 +46,7 @@ def stages(tiny_model_dir) -> dict[str, Config]:
 
 
 def test_every_stage_config_is_shipped_under_its_name_and_loads(tiny_model_dir):
-    assert set(STAGES) | {"cascade", "cascade_smoke", "default"} <= set(shipped_names())
+    assert set(STAGES) | {"cascade", "cascade_demo", "default"} <= set(shipped_names())
     for name in STAGES:
         if name == "mopd":
             with pytest.raises(ConfigError, match="'auto' is resolved only by a cascade pipeline"):
@@ -102,7 +102,7 @@ def test_judged_stages_default_to_no_judge_and_mopd_to_recipe(tiny_model_dir):
     assert (mopd.mopd.eps_low, mopd.mopd.eps_high) == (0.5, 2.0) and 40 <= mopd.train.steps <= 50
 
 
-@pytest.mark.parametrize("name", ["cascade", "cascade_smoke"])
+@pytest.mark.parametrize("name", ["cascade", "cascade_demo"])
 def test_pipeline_files_load_and_every_stage_builds(name, tiny_model_dir, tmp_path):
     pipeline = load_pipeline(find_config(name), [f"model.path={tiny_model_dir}", f"output_dir={tmp_path}"])
     CascadeRunner(pipeline).check()  # every stage config builds, MOPD's auto teachers are all evaluated
@@ -121,7 +121,7 @@ def test_pipeline_files_load_and_every_stage_builds(name, tiny_model_dir, tmp_pa
             "swe_rl",
         ][: len(names)]
     )  # RECIPE.md's order; the smoke has no swe_rl
-    assert name == "cascade_smoke" or names[-1] == "swe_rl"
+    assert name == "cascade_demo" or names[-1] == "swe_rl"
     branch = pipeline.stage("rlhf_teacher")
     assert (branch.config, branch.init, branch.chain) == ("rlhf", "start", False)
     assert [s.config for s in pipeline.stages if s.name != "rlhf_teacher"] == STAGES[: len(names) - 1]
