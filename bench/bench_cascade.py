@@ -15,7 +15,7 @@ score per domain per arm and seed, and the mean over seeds), the regressions the
 ``--plot`` (bars per domain and arm) and ``--json``; each arm's table and picture are kept as
 ``<arm>_eval.json``/``<arm>_eval.png`` in the seed's folder. Reruns resume: finished stages are skipped.
 
-    python bench/bench_cascade.py                      # cascade_demo, seeds 0 and 1 (about 2 h on 2 cores)
+    python bench/bench_cascade.py                      # cascade_demo, seeds 0 and 1 (about 1 h a seed on 2 cores)
     python bench/bench_cascade.py --seeds 0 --arms cascade,joint
     python bench/bench_cascade.py --set train.steps=1  # any pipeline --set, e.g. a quick check
 """
@@ -151,6 +151,11 @@ def plot(results: dict[str, dict[int, EvalRow]], start: EvalRow, envs: list[str]
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    envs = [
+        e
+        for e in envs
+        if any(trusted(r.scores.get(e)) is not None for b in results.values() for r in b.values())
+    ]
     fig, ax = plt.subplots(figsize=(1.6 * len(envs) + 3, 4.2))
     width = 0.8 / (len(results) + 1)
     for k, (arm, by_seed) in enumerate([("start", {0: start}), *results.items()]):
@@ -164,8 +169,11 @@ def plot(results: dict[str, dict[int, EvalRow]], start: EvalRow, envs: list[str]
         xs = [i + (k - len(results) / 2) * width for i in range(len(envs))]
         ax.bar(xs, means, width, yerr=[lows, highs], capsize=2, label=arm)
     ax.set_xticks(range(len(envs)), [short_name(e) for e in envs], rotation=20, ha="right")
-    ax.set_ylabel("held-out score (greedy; mean over seeds, bars: min-max)")
-    ax.set_title("cascade vs joint vs no-MOPD: same model, data and optimizer steps")
+    ax.set_ylabel("held-out score (greedy)")
+    ax.set_title(
+        "cascade vs joint vs no-MOPD, same model, data and steps (mean over seeds; whiskers: min-max)",
+        fontsize=9,
+    )
     ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
