@@ -99,7 +99,7 @@ def test_default_rows_train_and_heldout_are_disjoint_and_one_instruction_each():
     try:
         questions = {prompt_messages(t.row)[0]["content"].split("?")[0] for t in train.tasks}
         held = {prompt_messages(t.row)[0]["content"].split("?")[0] for t in heldout.tasks}
-        assert len(train.tasks) >= 30 and len(heldout.tasks) == 8
+        assert len(train.tasks) >= 30 and len(heldout.tasks) == 24
         assert not questions & held
         kinds = {t.task.checks[0]["id"] for t in train.tasks}
         assert kinds == {t.task.checks[0]["id"] for t in heldout.tasks}
