@@ -67,12 +67,12 @@ def run_arm(
 
 def final(rows: list[EvalRow]) -> EvalRow:
     """The arm's last chained checkpoint (branches are teachers, not the arm's result)."""
-    return [r for r in rows if not r.label.endswith("(branch)")][-1]
+    return [r for r in rows if not r.branch][-1]
 
 
 def cascade_regressions(rows: list[EvalRow], envs: list[str]) -> list[tuple[str, str, float]]:
     """``(stage, env, score minus best so far)`` for every drop along the chained stages."""
-    chained = [r for r in rows if not r.label.endswith("(branch)")]
+    chained = [r for r in rows if not r.branch]
     out = []
     for i in range(1, len(chained)):
         for env_id, r in regressions(chained, i, envs, 0.0).items():
@@ -86,7 +86,7 @@ def mopd_recovery(rows: list[EvalRow], state: dict, envs: list[str]) -> list[dic
     for name, record in state["stages"].items():
         if not record.get("teachers") or name.endswith(NO_MOPD_SUFFIX):
             continue
-        index = next(i for i, r in enumerate(rows) if r.label == name)
+        index = next(i for i, r in enumerate(rows) if r.name == name)
         row = rows[index]
         parent = rows[row.parent or 0]
         for env_id, choice in record["teachers"].items():
@@ -207,14 +207,13 @@ def main() -> None:
         "overrides": args.overrides,
     }
     start: EvalRow | None = None
-    envs: list[str] = []
+    envs = list(load_pipeline(source, args.overrides).spec.eval.envs)
     for seed in seeds:
         seed_dir = out / f"seed{seed}"
         overrides = [*args.overrides, f"train.seed={seed}", f"output_dir={seed_dir}"]
         for arm in arms:
             rows, state, wall = run_arm(arm, source, seed_dir, overrides)
-            envs = list(load_pipeline(source, overrides).spec.eval.envs)
-            start = rows[0] if rows[0].label == START else start
+            start = rows[0] if rows[0].name == START else start
             results[arm][seed] = final(rows)
             entry: dict[str, Any] = {
                 "wall_s": round(wall, 1),

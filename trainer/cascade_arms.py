@@ -39,7 +39,8 @@ def _raw(pipeline: Pipeline) -> dict[str, Any]:
 def no_mopd(pipeline: Pipeline) -> dict[str, Any]:
     """The pipeline with its MOPD stages trained as GRPO (see the module doc)."""
     data = _raw(pipeline)
-    first = next((i for i in range(len(pipeline.stages)) if _is_mopd(pipeline, i)), None)
+    mopd = [_is_mopd(pipeline, i) for i in range(len(pipeline.stages))]
+    first = next((i for i, is_mopd in enumerate(mopd) if is_mopd), None)
     if first is None:
         raise ValueError(f"{pipeline.source}: no MOPD stage (a stage with teachers) to take out")
     renamed = {s.name: s.name + NO_MOPD_SUFFIX for s in pipeline.stages[first:]}
@@ -47,7 +48,7 @@ def no_mopd(pipeline: Pipeline) -> dict[str, Any]:
         stage["name"] = renamed[stage["name"]]
         if stage.get("init") in renamed:
             stage["init"] = renamed[stage["init"]]
-        if _is_mopd(pipeline, i):
+        if mopd[i]:
             stage["set"] = [*stage.get("set", []), "algorithm=grpo"]
     data["name"] = f"{data.get('name', 'cascade')}{NO_MOPD_SUFFIX}"
     return data

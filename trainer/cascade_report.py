@@ -11,11 +11,12 @@ checkpoint is a better teacher for the domain, which is what MOPD's ``auto`` tea
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .metrics import read_history
 
 Scores = dict[str, dict[str, Any]]
 """``{env_id: evaluation result}`` of one checkpoint (``evaluation.evaluate_checkpoint``)."""
@@ -23,12 +24,18 @@ Scores = dict[str, dict[str, Any]]
 
 @dataclass
 class EvalRow:
-    """One evaluated checkpoint: its label, scores, the row it started from, and its alarms."""
+    """One evaluated checkpoint: its stage name, scores, the row it started from, its alarms, and
+    whether it is a branch (a teacher trained aside)."""
 
-    label: str
+    name: str
     scores: Scores
     parent: int | None = None
     regressions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    branch: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} (branch)" if self.branch else self.name
 
 
 def short_name(env_id: str) -> str:
@@ -124,11 +131,7 @@ def eval_table(rows: list[EvalRow], env_ids: list[str]) -> str:
 def stage_rewards(folder: Path) -> list[float | None]:
     """The mean training reward of every logged step of the stage trained in ``folder`` (its
     ``metrics.jsonl``); ``None`` for a step that logged none."""
-    path = folder / "metrics.jsonl"
-    if not path.exists():
-        return []
-    steps = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    values = [s.get("reward/mean") for s in steps if "step" in s]
+    values = [s.get("reward/mean") for s in read_history(folder / "metrics.jsonl") if "step" in s]
     return [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for v in values]
 
 

@@ -285,14 +285,14 @@ class CascadeRunner:
         """Flag each eval env whose score after ``name`` fell more than the margin below its best so far
         (a branch trains a teacher aside, not the model the pipeline carries on: it raises no alarm)."""
         rows = self.rows(state)
-        index = next(i for i, row in enumerate(rows) if row.label.split(" ")[0] == name)
+        index = next(i for i, row in enumerate(rows) if row.name == name)
         margin = self.settings.regression_margin
         found = regressions(rows, index, self.eval_envs, margin) if record.chain else {}
         if found != record.regressions:
             record.regressions = found
             self.save_state(state)
         rows[index].regressions = found
-        for line in alarm_lines([rows[index]], self.settings.regression_margin):
+        for line in alarm_lines([rows[index]], margin):
             self._say(line)
 
     def rows(self, state: PipelineState) -> list[EvalRow]:
@@ -305,8 +305,7 @@ class CascadeRunner:
             if record is None:
                 continue
             parent = previous if stage.init == PREVIOUS else index.get(stage.init, 0)
-            label = stage.name if stage.chain else f"{stage.name} (branch)"
-            rows.append(EvalRow(label, record.eval, parent, dict(record.regressions)))
+            rows.append(EvalRow(stage.name, record.eval, parent, dict(record.regressions), not stage.chain))
             index[stage.name] = len(rows) - 1
             if stage.chain:
                 previous = len(rows) - 1

@@ -72,15 +72,18 @@ class MetricsLogger:
             self._writer.flush()
 
     def history(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [
-            json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()
-        ]
+        return read_history(self.path)
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    """Every step logged to the ``metrics.jsonl`` at ``path`` (``[]`` when there is none)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _jsonable(value: Any) -> Any:

@@ -230,7 +230,7 @@ def test_eval_table_marks_changes_vs_the_parent_and_masked_answers():
     rows = [
         EvalRow("start", {"e/A-v0": {"mean": 0.5, "masked": 0}, "e/B-v0": {"mean": None, "masked": 4}}),
         EvalRow("s1", {"e/A-v0": {"mean": 0.75, "masked": 1}, "e/B-v0": {"mean": 0.25, "masked": 0}}, 0),
-        EvalRow("s2 (branch)", {"e/A-v0": {"mean": 0.25, "masked": 0}}, 0),
+        EvalRow("s2", {"e/A-v0": {"mean": 0.25, "masked": 0}}, 0, branch=True),
         EvalRow("s3", {"e/A-v0": {"mean": 0.75, "masked": 0}}, 1),
     ]
     rows[2].regressions = regressions(rows, 2, ["e/A-v0", "e/B-v0"], 0.05)

@@ -120,7 +120,7 @@ def test_pipeline_files_load_and_every_stage_builds(name, tiny_model_dir, tmp_pa
             "swe_agentless_rl",
             "swe_rl",
         ][: len(names)]
-    )  # RECIPE.md's order; the smoke has no swe_rl
+    )  # RECIPE.md's order; the demo has no swe_rl
     assert name == "cascade_demo" or names[-1] == "swe_rl"
     branch = pipeline.stage("rlhf_teacher")
     assert (branch.config, branch.init, branch.chain) == ("rlhf", "start", False)
