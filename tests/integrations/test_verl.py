@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import itertools
 import math
 import os
-from importlib import resources
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,10 +34,12 @@ from verl.workers.reward_manager.batch import BatchRewardManager
 from verl.workers.rollout.replica import TokenOutput
 
 from cascade_envs import Env, Reward, register
+from cascade_envs.data import read_rows
 from cascade_envs.envs.genrm.conformance import rubric_reply
 from cascade_envs.integrations.verl.export import export_verl, verl_rows
 from cascade_envs.integrations.verl.manager import CascadeAgentLoopManager
 from cascade_envs.integrations.verl.scoring import compute_score
+from cascade_envs.registry import spec
 from cascade_envs.testing import ScriptedJudge
 from tests.envs.workplace.replies import final_reply
 
@@ -502,13 +504,8 @@ def test_exported_parquet_reads_back_through_verls_dataset_and_scores(tmp_path: 
     )
     dataset = RLHFDataset(data_files=str(path), tokenizer=tok, config=data_config)
     assert len(dataset) == 4
-    source = resources.files("cascade_envs.envs").joinpath("mcqa", "data")
-    originals = [
-        json.loads(line)
-        for f in sorted(source.iterdir())
-        if f.name.endswith(".jsonl")
-        for line in f.read_text().splitlines()[:4]
-    ][:4]
+    default_tasks = spec("cascade/MCQA-v0").load().default_tasks
+    originals = [row for _, row in itertools.islice(read_rows(default_tasks), 4)]
     for i in range(4):
         item = dataset[i]
         assert item["data_source"] == "cascade/MCQA-v0"
