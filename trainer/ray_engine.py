@@ -163,6 +163,7 @@ class RayEngine:
                         max_concurrency=256,
                         max_restarts=0,
                         **placement.bundle_options(self.group, i),
+                        **self._thread_env(),
                     ).remote(s.backend, self.folder, inner, s.threads)
                     for i in range(s.num_engines)
                 ]
@@ -179,6 +180,13 @@ class RayEngine:
         )
         if hasattr(model, "named_parameters"):  # every rank: a sharded parameter is gathered collectively
             self.sync_weights(model)
+
+    def _thread_env(self) -> dict[str, Any]:
+        """``threads`` as the actor's OMP_NUM_THREADS, so every thread of the engine agrees on it
+        (vLLM's CPU attention plans for the process's OpenMP thread count, not torch's setting)."""
+        if not self.settings.threads:
+            return {}
+        return {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(self.settings.threads)}}}
 
     def _attach(self, name: str) -> Any:
         deadline = time.monotonic() + self.settings.ready_timeout_s

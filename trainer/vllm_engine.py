@@ -2,10 +2,12 @@
 
 Design (checked against vLLM 0.32, V1 engine):
 
-- **In-process.** ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps vLLM's engine core and its single
-  worker (``UniProcExecutor``) in this process, so a weight sync hands vLLM the trainer's tensors by
-  reference: no pickling, no IPC, no checkpoint on disk. One worker means no tensor parallelism;
-  multi-GPU inference needs vLLM's NCCL weight-transfer engine instead, which this module does not do.
+- **In-process.** ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps vLLM's engine core in this process.
+  With one worker (``UniProcExecutor``, ``tensor_parallel_size`` 1) a weight sync hands vLLM the
+  trainer's tensors by reference: no pickling, no IPC, no checkpoint on disk. With tensor
+  parallelism vLLM runs a worker process per rank, and a sync pickles the cast weights to each
+  (one extra copy in memory while it runs; checked on CPU with 2 ranks). At scale, vLLM's NCCL
+  weight-transfer engine would avoid that copy; this module does not use it.
 - **Weight sync** goes through the worker's public ``reload_weights`` RPC (vLLM's in-place reload):
   it takes ``(hf_name, tensor)`` pairs in checkpoint format, re-runs each layer's post-load
   processing (e.g. fusing q/k/v, the CPU backend's weight prepacking) once the layer is complete and
@@ -41,7 +43,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +133,7 @@ class VLLMEngine:
         self.dtype = config.model_config.dtype
         self.device = config.device_config.device
         self.max_model_len: int = config.model_config.max_model_len
+        self._workers: int = config.parallel_config.world_size
         self._checkpoint_names = checkpoint_names(path)
         self._lock = threading.RLock()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -316,9 +319,11 @@ class VLLMEngine:
                     len(self._inflight),
                 )
             self._wake(["weights"])
+            weights: Iterable[tuple[str, Any]] = self._buckets(named, bucket_bytes)
+            if self._workers > 1:  # worker processes: the RPC is pickled, and a generator cannot be
+                weights = list(weights)
             self.llm.collective_rpc(
-                "reload_weights",
-                kwargs={"weights_iterator": self._buckets(named, bucket_bytes), "is_checkpoint_format": True},
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
             )
             self.llm.apply_model(reprocess_shared_weights)
             self.llm.reset_prefix_cache()

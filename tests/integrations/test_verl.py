@@ -10,8 +10,8 @@ verl's ``BatchRewardManager`` and ``compute_advantage``.
 from __future__ import annotations
 
 import asyncio
-import json
 import itertools
+import json
 import math
 import os
 from types import SimpleNamespace

@@ -279,3 +279,40 @@ def test_from_spec_missing_path_is_one_line_error(tmp_path):
     assert "\n" not in str(info.value)
     with pytest.raises(CascadeError, match="hf:PATH"):
         HFPolicy.from_spec("hf:")
+
+
+@pytest.mark.parametrize("decoding", ["shared", "generate"])
+def test_a_caller_that_stops_waiting_stops_its_generation(tmp_path, decoding):
+    """A timed-out ``agenerate`` frees the model within a step: its batch does not decode to max_tokens."""
+    import time
+
+    from tests.trainer.toys import save_tiny
+
+    policy = HFPolicy(str(save_tiny(tmp_path, seed=0)), device="cpu", decoding=decoding)
+    policy.eos_token_ids = set()  # nothing ends a row but max_tokens (or its caller leaving)
+    policy.model.generation_config.eos_token_id = None
+    steps = []
+    forward = policy.model.forward
+
+    def slow_forward(*args, **kwargs):
+        steps.append(time.monotonic())
+        time.sleep(0.02)
+        return forward(*args, **kwargs)
+
+    policy.model.forward = slow_forward
+    sampling = SamplingParams(max_tokens=100, temperature=1.0, seed=0)
+
+    async def go():
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(policy.agenerate(FRANCE, sampling=sampling), timeout=0.3)
+        left = time.monotonic()
+        # The model lock is free again almost at once: a short request is not stuck behind 100 steps.
+        quick = await asyncio.wait_for(policy.agenerate(FRANCE, sampling=SamplingParams(max_tokens=2)), 30)
+        return left, quick
+
+    left, quick = asyncio.run(go())
+    assert len(quick.token_ids) == 2
+    abandoned = [t for t in steps if t < left]
+    assert len(abandoned) < 30, len(abandoned)  # about 0.3 s / 0.02 s, not 100
+    assert len([t for t in steps if t >= left]) <= 6  # a step or two of the old batch, then 2 new ones
+    asyncio.run(policy.aclose())

@@ -232,3 +232,31 @@ def test_needs_a_local_checkpoint(tmp_path):
 
     with pytest.raises(CascadeError, match="local checkpoint folder"):
         VLLMEngine(tmp_path / "missing")
+
+
+def test_tensor_parallel_workers_take_the_synced_weights(setup, monkeypatch):
+    """tensor_parallel_size 2: two vLLM worker processes (one core each), the weights pickled to both."""
+    import copy
+
+    from cascade_envs.trainer.vllm_engine import VLLMEngine
+
+    _, model, tokenizer = setup
+    import vllm.envs
+
+    vllm.envs.disable_envs_cache()  # the first engine froze vLLM's settings; this one needs another
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # vLLM's auto-binding wants a NUMA node per rank
+    trainer_model = copy.deepcopy(model)
+    perturb(trainer_model, seed=5)
+    engine = VLLMEngine(
+        trainer_model, tokenizer, dtype="float32", max_model_len=128, seed=0, tensor_parallel_size=2
+    )
+    try:
+        sampling = SamplingParams(max_tokens=8, temperature=1.0, seed=1)
+        for completion in engine.generate(MESSAGES, sampling):
+            assert max_diff(completion, hf_logprobs(trainer_model, completion)) < TOL
+        perturb(trainer_model, seed=6)
+        engine.sync_weights(trainer_model, bucket_mb=1)
+        for completion in engine.generate(MESSAGES, sampling):
+            assert max_diff(completion, hf_logprobs(trainer_model, completion)) < TOL
+    finally:
+        engine.close()
