@@ -112,16 +112,18 @@ def save_checkpoint(
     keep: int,
     *,
     staged: bool = False,
+    weights: dict[str, Any] | None = None,
 ) -> Path:
     """Write the checkpoint of ``step`` and delete all but the newest ``keep``; with ``staged`` the
-    staging folder already holds files (a sharded run's shards) that become part of it."""
+    staging folder already holds files (a sharded run's shards) that become part of it. ``weights``
+    (full tensors by name) are saved in place of ``model``'s own (a sharded model's, gathered)."""
     root = checkpoint_dir(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:06d}"
     tmp = staging_dir(output_dir, step)
     if not staged:
         shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)  # safetensors (the default since transformers 4.35)
+    model.save_pretrained(tmp, state_dict=weights)  # safetensors (the default since transformers 4.35)
     tokenizer.save_pretrained(tmp)
     torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)

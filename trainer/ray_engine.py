@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,6 +40,14 @@ from .weight_sync import (
 )
 
 log = logging.getLogger("cascade_envs.trainer.ray_engine")
+
+
+def run_namespace() -> str:
+    """The engine actors' Ray namespace, one per run: ranks started by torchrun are separate Ray
+    drivers (each in an anonymous namespace of its own) and find rank 0's actors by name there; the
+    rendezvous address tells concurrent runs on one cluster apart."""
+    rendezvous = [os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")]
+    return "cascade-envs" + ("-{}:{}".format(*rendezvous) if all(rendezvous) else "")
 
 
 class EngineDied(CascadeError):
@@ -126,6 +135,7 @@ class RayEngine:
         self.settings = s = RaySettings.parse(kwargs)
         self.folder = str(model_folder(model))
         self.rank = trainer_rank()
+        self.namespace = run_namespace()
         if self.rank > 0 and s.address == "local" and not _ray_initialized():
             raise CascadeError(
                 "rollout.engine: ray on several ranks needs every rank on one Ray cluster: set "
@@ -158,6 +168,7 @@ class RayEngine:
                 self.actors = [
                     remote.options(
                         name=f"{s.name}-{i}",
+                        namespace=self.namespace,
                         num_cpus=bundle["CPU"],
                         num_gpus=bundle.get("GPU", 0),
                         max_concurrency=256,
@@ -192,7 +203,7 @@ class RayEngine:
         deadline = time.monotonic() + self.settings.ready_timeout_s
         while True:
             try:
-                return self._ray.get_actor(name)
+                return self._ray.get_actor(name, namespace=self.namespace)
             except ValueError:
                 if time.monotonic() > deadline:
                     raise EngineDied(

@@ -110,3 +110,31 @@ def test_the_ranks_get_torchruns_variables():
     assert {e["MASTER_ADDR"] + ":" + e["MASTER_PORT"] for e in envs} == {"10.0.0.1:29500"}
     assert [e["RANK"] for e in envs] == ["0", "1", "2"] and envs[0]["WORLD_SIZE"] == "3"
     assert "CUDA_VISIBLE_DEVICES" not in rank_environments(infos, ("h", 1), gpus=False)[0]
+
+
+def test_sharded_ranks_feed_ray_engines_without_a_rollout_copy(local_ray, tmp_path):
+    """Two torchrun ranks (separate Ray drivers) share the engine actors rank 0 started and gather their
+    shards straight into them (no full copy per rank): every step the engines sample with the weights
+    being trained (their logprobs are the trainer's), and the consolidated checkpoint equals the shards."""
+    from transformers import AutoModelForCausalLM
+
+    from cascade_envs.trainer.parallel.dcp import load_unsharded
+
+    model = save_tiny(tmp_path / "model")
+    out = tmp_path / "run"
+    engine = {"num_cpus": 0.5, "threads": 1, "address": local_ray.get_runtime_context().gcs_address}
+    data = config_data(model, out, rollout={"engine": "ray", "engine_kwargs": {**engine, "bucket_mb": 0.01}})
+    out.mkdir()
+    (out / "config.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert launch(config_from_dict(data), str(out / "config.yaml"), [], worker=WORKER) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["time/sync_s"] > 0 for r in rows)
+    # An engine left on the checkpoint's weights would sample from another distribution than the one trained.
+    assert all(r["train/inference_logprob_abs_diff"] < 1e-4 for r in rows), rows
+    saved = final_weights(out)
+    initial = AutoModelForCausalLM.from_pretrained(model).state_dict()
+    assert any(not torch.equal(saved[n], initial[n]) for n in saved)  # it trained
+    shards = AutoModelForCausalLM.from_pretrained(model)
+    optimizer = torch.optim.AdamW(shards.parameters())
+    load_unsharded(ckpt.latest_checkpoint(out) / ckpt.SHARDED_DIR, shards, optimizer)
+    assert all(torch.equal(saved[n], t) for n, t in shards.state_dict().items() if n in saved)

@@ -48,11 +48,13 @@ def shard_model(
     return model
 
 
-def full_state_dict(model: Any) -> dict[str, Any]:
-    """The unsharded weights on every rank (a collective: every rank calls it)."""
+def full_state_dict(model: Any, cpu_offload: bool = False) -> dict[str, Any]:
+    """The unsharded weights on every rank, or with ``cpu_offload`` in CPU memory on rank 0 only (the
+    others get ``{}``). A collective: every rank calls it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    options = StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)
+    return get_model_state_dict(model, options=options)
 
 
 def sum_gradients(model: Any, world_size: int) -> list[torch.Tensor]:

@@ -9,10 +9,12 @@ trains its slice with the loss normalised by the whole batch's token and respons
 eq. 4 unchanged). Ranks with fewer micro-batches run idle ones (zero loss) so that every FSDP
 collective is matched. Metric sums are added over ranks: the logged numbers are the 1-process ones.
 
-The model is sharded with FSDP2 (``fsdp.py``); rollouts are generated per rank with a full copy
-(``rollout_model``), refreshed from the shards after every optimizer step. Checkpoints: DCP shards of
-model and optimizer, each rank's RNG, and rank 0 writes the consolidated Hugging Face weights and
-the trainer state (``dcp.py``, ``checkpoint.py``), so any world size, or one plain process, resumes.
+The model is sharded with FSDP2 (``fsdp.py``). A local engine (``hf``, ``vllm``) generates on each
+rank with a full copy (``rollout_model``), refreshed from the shards after every optimizer step;
+with ``rollout.engine: ray`` the engines live in Ray actors and no rank keeps a copy: the shards are
+gathered bucket by bucket straight into the engines. Checkpoints: DCP shards of model and optimizer,
+each rank's RNG, and rank 0 writes the consolidated Hugging Face weights and the trainer state
+(``dcp.py``, ``checkpoint.py``), so any world size, or one plain process, resumes.
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ class ShardedTrainer(Trainer):
     # ----- model and rollouts ----------------------------------------------------------------------
 
     def _prepare_model(self, model: Any) -> Any:
-        self.rollout_model = copy.deepcopy(model)
+        self.local_engine = self.config.rollout.engine != "ray"
+        """A local engine generates with a full copy on this rank; a Ray engine takes the shards."""
+        if self.local_engine:
+            self.rollout_model = copy.deepcopy(model)
         device = next(model.parameters()).device
         name = self.config.model.mixed_precision
         if name == "auto":
@@ -81,6 +86,9 @@ class ShardedTrainer(Trainer):
         return [g for part in self.ranks.gather(played, "rollouts") for g in part]
 
     def _sync_engine(self) -> None:
+        if not self.local_engine:
+            super()._sync_engine()  # every rank: RayEngine gathers each sharded bucket collectively
+            return
         full = full_state_dict(self.model)
         with torch.no_grad():
             target = self.rollout_model.state_dict()
@@ -160,6 +168,8 @@ class ShardedTrainer(Trainer):
         save_sharded(staging / ckpt.SHARDED_DIR, self.model, self.optimizer)
         torch.save(ckpt.rng_state(), staging / RNG_DIR / f"rank_{self.rank:05d}.pt")
         self.ranks.barrier("checkpoint shards")
+        # the consolidated weights: the synced rollout copy, or (Ray engines) the shards gathered on rank 0
+        weights = None if self.local_engine else full_state_dict(self.model, cpu_offload=True)
         if self.ranks.is_main:
             state = {
                 "optimizer": ckpt.SHARDED_OPTIMIZER,
@@ -171,11 +181,12 @@ class ShardedTrainer(Trainer):
             ckpt.save_checkpoint(
                 self.output_dir,
                 self.step,
-                self.rollout_model,  # the full weights, synced after the step
+                self.rollout_model,
                 self.tokenizer,
                 state,
                 self.config.train.keep_checkpoints,
                 staged=True,
+                weights=weights,
             )
         self.ranks.barrier("checkpoint rename")
         self.last_checkpoint = ckpt.checkpoint_dir(self.output_dir) / f"{ckpt.PREFIX}{self.step:06d}"
@@ -197,7 +208,7 @@ class ShardedTrainer(Trainer):
         if ckpt.is_sharded(state):
             load_sharded(path / ckpt.SHARDED_DIR, self.model, self.optimizer)
         else:  # a single-process checkpoint: the weights came from its folder, the optimizer by position
-            names = [n for n, p in self.rollout_model.named_parameters() if p.requires_grad]
+            names = [n for n, p in self.model.named_parameters() if p.requires_grad]
             load_plain_optimizer(self.model, self.optimizer, state["optimizer"], names)
 
     def _restore_rng(self, path: Path, state: dict[str, Any]) -> None:
