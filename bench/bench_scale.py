@@ -8,9 +8,8 @@ and each process's peak RSS (the largest rank's). The scaling efficiency is
 ``t(1) / (N * t(N))``; on a CPU the ranks share the same cores (2 ranks on 2 cores split them), so
 it measures overhead, not added compute. Also printed: the training state per rank (weights,
 gradients, AdamW moments, float32) with and without sharding, plus the full rollout copy each rank
-keeps, and the tokens one step's micro-batches run padded against the sum of the sequences'
-lengths (what a packed layout runs; the packing branch is not in this tree, so that column is
-computed, not measured).
+keeps, and the tokens one step's optimizer pass would run padded against those it runs packed
+(``train/padded_tokens`` and ``train/packed_tokens`` of the one-process run, per step).
 
     python bench/bench_scale.py [--model embedded] [--steps 3] [--prompts 4] [--group 4] [--max-tokens 32] [--nproc 2]
 """
@@ -82,28 +81,19 @@ def run(args: argparse.Namespace, nproc: int, out: Path) -> dict[str, Any]:
         "peak_mib": peak / 1024,
         "wall_s": wall,
         "rewards": [round(r.get("reward/mean", float("nan")), 3) for r in rows],
+        "padded": sum(r["train/padded_tokens"] for r in rows) / len(rows),
+        "packed": sum(r["train/packed_tokens"] for r in rows) / len(rows),
     }
 
 
-def padding(args: argparse.Namespace, out: Path) -> tuple[int, int, int]:
-    """One step's batch (played here): tokens the padded micro-batches run, the sequences' own, parameters."""
+def parameters(args: argparse.Namespace, out: Path) -> int:
+    """The trained model's parameter count."""
     from cascade_envs.trainer.checks import load_config
-    from cascade_envs.trainer.loop import Trainer
-    from cascade_envs.trainer.model import micro_batches
+    from cascade_envs.trainer.model import load_model
 
     flags = [o.removeprefix("--set=") for o in overrides(args, out)]
-    trainer = Trainer(load_config(None, [*flags, "train.steps=0"]))
-    try:
-        sequences = trainer.builder.build().sequences
-    finally:
-        trainer.close()
-    padded = 0
-    for part in micro_batches(sequences, args.micro_batch):
-        rows = [sequences[i] for i in part]
-        padded += len(rows) * (max(len(s.prompt_ids) for s in rows) + max(len(s.response_ids) for s in rows))
-    real = sum(len(s.prompt_ids) + len(s.response_ids) for s in sequences)
-    params = sum(p.numel() for p in trainer.model.parameters())
-    return padded, real, params
+    model, _ = load_model(load_config(None, flags).model)
+    return sum(p.numel() for p in model.parameters())
 
 
 def main() -> None:
@@ -119,7 +109,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         one = run(args, 1, Path(tmp) / "one")
         many = run(args, args.nproc, Path(tmp) / "many")
-        padded, real, params = padding(args, Path(tmp) / "pad")
+        params = parameters(args, Path(tmp) / "params")
     n = args.nproc
     print(
         f"model {args.model}, {args.prompts} prompts x {args.group} rollouts, {args.max_tokens} tokens, {args.steps} steps "
@@ -143,8 +133,8 @@ def main() -> None:
         f"{state:.0f} MiB, sharded over {n}: {state / n:.0f} MiB (+ {4 * params / 2**20:.0f} MiB full rollout copy per rank)"
     )
     print(
-        f"tokens per step in the optimizer pass: padded {padded}, the sequences' own (packed) {real} "
-        f"({padded / max(real, 1):.2f}x; packing branch not in this tree: computed, not measured)"
+        f"tokens per step in the optimizer pass (one process): padded {one['padded']:.0f}, packed "
+        f"{one['packed']:.0f} ({one['padded'] / max(one['packed'], 1):.2f}x)"
     )
 
 

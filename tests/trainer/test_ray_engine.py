@@ -16,7 +16,7 @@ import torch
 from cascade_envs.core import CascadeError
 from cascade_envs.policy import PolicyError, SamplingParams
 from tests import ray_local
-from tests.trainer.toys import tiny_model, tiny_tokenizer
+from tests.trainer.toys import hf_logprobs, perturb, tiny_model, tiny_tokenizer
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cascade-envs[ray]')")
 from cascade_envs.trainer.ray_engine import EngineDied, RayEngine, RaySettings  # noqa: E402
@@ -30,22 +30,6 @@ MESSAGES = [
     [{"role": "user", "content": "one two red blue"}],
 ]
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
-
-
-def perturb(model: torch.nn.Module, seed: int, scale: float = 0.3) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale)
-
-
-def hf_logprobs(model, completion) -> torch.Tensor:
-    """log_softmax(logits) of the completion's tokens under ``model`` (teacher forcing)."""
-    ids = torch.tensor([completion.prompt_token_ids + completion.token_ids])
-    n = len(completion.prompt_token_ids)
-    with torch.no_grad():
-        logits = model(ids).logits[0, n - 1 : -1].float()
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import torch
 from cascade_envs import Env, Reward, Turn
 from cascade_envs.core import CascadeError
 from cascade_envs.policy import ContextOverflowError, PolicyError, SamplingParams
-from tests.trainer.toys import ROLES, WORDS, tiny_model, tiny_tokenizer
+from tests.trainer.toys import ROLES, WORDS, hf_logprobs, perturb, tiny_model, tiny_tokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +35,6 @@ MESSAGES = [
     [{"role": "user", "content": "say the word yes"}],
     [{"role": "user", "content": "one two red blue"}],
 ]
-
-
-def perturb(model: torch.nn.Module, seed: int, scale: float = 0.3) -> None:
-    """Move every weight away from where it was (and sharpen the output distribution)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale)
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +54,6 @@ def setup(tmp_path_factory):
     engine.close()
     with pytest.raises(PolicyError, match="closed"):
         engine.generate(MESSAGES, SamplingParams(max_tokens=2))
-
-
-def hf_logprobs(model, completion, temperature: float = 1.0) -> torch.Tensor:
-    """log_softmax(logits / T) of the completion's tokens under ``model`` (teacher forcing)."""
-    ids = torch.tensor([completion.prompt_token_ids + completion.token_ids])
-    n = len(completion.prompt_token_ids)
-    with torch.no_grad():
-        logits = model(ids).logits[0, n - 1 : -1].float() / (temperature or 1.0)
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
 
 
 def max_diff(completion, reference: torch.Tensor) -> float:

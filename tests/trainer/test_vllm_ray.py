@@ -24,7 +24,7 @@ import torch
 from cascade_envs.policy import SamplingParams
 from cascade_envs.trainer.ray_engine import RayEngine
 from tests import ray_local
-from tests.trainer.toys import tiny_model, tiny_tokenizer
+from tests.trainer.toys import hf_logprobs, perturb, tiny_model, tiny_tokenizer
 
 local_ray = ray_local.local_ray
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("host-shared-memory")]
@@ -32,13 +32,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("host-shared-memory")]
 TOL = 1e-4  # float32 on both sides (vLLM's CPU kernels vs transformers), as in test_vllm_engine.py
 MESSAGES = [{"role": "user", "content": "say the word yes"}]
 SAMPLED = SamplingParams(max_tokens=8, temperature=1.0, seed=0)
-
-
-def perturb(model: torch.nn.Module, seed: int, scale: float = 0.3) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale)
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +43,6 @@ def folder(tmp_path_factory):
     checkpoint.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-def hf_logprobs(model, completion) -> torch.Tensor:
-    ids = torch.tensor([completion.prompt_token_ids + completion.token_ids])
-    n = len(completion.prompt_token_ids)
-    with torch.no_grad():
-        logits = model(ids).logits[0, n - 1 : -1].float()
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
 
 
 def assert_matches(engine: RayEngine, model) -> list:

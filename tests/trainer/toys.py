@@ -124,3 +124,24 @@ def register_toys() -> None:
     cascade_envs.register("test/SayYes-v0", SayYesEnv, tasks=say_yes_tasks())
     cascade_envs.register("test/Constant-v0", ConstantEnv, tasks=say_yes_tasks())
     cascade_envs.register("test/HalfBroken-v0", HalfBrokenEnv, tasks=say_yes_tasks())
+
+
+def perturb(model: Any, seed: int, scale: float = 0.3) -> None:
+    """Move every weight away from where it was (a stand-in for a training step an engine must follow)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale)
+
+
+def hf_logprobs(model: Any, completion: Any, temperature: float = 1.0) -> Any:
+    """log_softmax(logits / T) of ``completion``'s tokens under ``model`` (teacher forcing)."""
+    import torch
+
+    ids = torch.tensor([completion.prompt_token_ids + completion.token_ids])
+    n = len(completion.prompt_token_ids)
+    with torch.no_grad():
+        logits = model(ids).logits[0, n - 1 : -1].float() / (temperature or 1.0)
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
