@@ -42,12 +42,13 @@ from .weight_sync import (
 log = logging.getLogger("cascade_envs.trainer.ray_engine")
 
 
-def run_namespace() -> str:
-    """The engine actors' Ray namespace, one per run: ranks started by torchrun are separate Ray
-    drivers (each in an anonymous namespace of its own) and find rank 0's actors by name there; the
-    rendezvous address tells concurrent runs on one cluster apart."""
+def run_namespace() -> str | None:
+    """The engine actors' Ray namespace in a multi-rank run, one per run: ranks started by torchrun are
+    separate Ray drivers (each in an anonymous namespace of its own) and find rank 0's actors by name
+    there; the rendezvous address tells concurrent runs on one cluster apart. A single process keeps
+    its driver's own namespace (``None``)."""
     rendezvous = [os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")]
-    return "cascade-envs" + ("-{}:{}".format(*rendezvous) if all(rendezvous) else "")
+    return "cascade-envs-{}:{}".format(*rendezvous) if all(rendezvous) else None
 
 
 class EngineDied(CascadeError):
