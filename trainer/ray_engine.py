@@ -77,7 +77,7 @@ class RaySettings:
     address: str | None = "local"
     name: str = "cascade-rollout"
     threads: int = 0
-    """torch threads of each engine process (0: Ray's default, one per CPU of its bundle)."""
+    """Threads of each engine process, set as its OMP_NUM_THREADS and torch's (0: Ray's default)."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to each engine (``HFPolicy`` or ``VLLMEngine``)."""
 
