@@ -35,9 +35,7 @@ class EngineWorker:
     ``VLLMEngine`` (``tensor_parallel_size``, ``gpu_memory_utilization``, ``enable_sleep_mode``...).
     """
 
-    def __init__(self, backend: str, folder: str, engine_kwargs: dict[str, Any], threads: int = 0):
-        if threads:
-            torch.set_num_threads(threads)
+    def __init__(self, backend: str, folder: str, engine_kwargs: dict[str, Any]):
         self.backend = backend
         self.device = _device()
         self.pending: Bucket = []

@@ -77,7 +77,7 @@ class RaySettings:
     address: str | None = "local"
     name: str = "cascade-rollout"
     threads: int = 0
-    """Threads of each engine process, set as its OMP_NUM_THREADS and torch's (0: Ray's default)."""
+    """Threads of each engine process, set as its OMP_NUM_THREADS (0: Ray's default)."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to each engine (``HFPolicy`` or ``VLLMEngine``)."""
 
@@ -119,6 +119,14 @@ class RaySettings:
             )
         if self.colocate and self.tensor_parallel_size > 1:
             raise CascadeError(f"{where}: colocate shares one GPU per engine; tensor_parallel_size must be 1")
+
+    def thread_env(self) -> dict[str, Any]:
+        """Actor options that give the engine process ``threads`` threads: its OMP_NUM_THREADS, which
+        torch and vLLM's CPU attention both read (a per-thread ``torch.set_num_threads`` would leave
+        vLLM's threads disagreeing)."""
+        if not self.threads:
+            return {}
+        return {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(self.threads)}}}
 
     def bundle(self, gpus: bool) -> dict[str, float]:
         if not gpus:
@@ -175,8 +183,8 @@ class RayEngine:
                         max_concurrency=256,
                         max_restarts=0,
                         **placement.bundle_options(self.group, i),
-                        **self._thread_env(),
-                    ).remote(s.backend, self.folder, inner, s.threads)
+                        **s.thread_env(),
+                    ).remote(s.backend, self.folder, inner)
                     for i in range(s.num_engines)
                 ]
             else:
@@ -192,13 +200,6 @@ class RayEngine:
         )
         if hasattr(model, "named_parameters"):  # every rank: a sharded parameter is gathered collectively
             self.sync_weights(model)
-
-    def _thread_env(self) -> dict[str, Any]:
-        """``threads`` as the actor's OMP_NUM_THREADS, so every thread of the engine agrees on it
-        (vLLM's CPU attention plans for the process's OpenMP thread count, not torch's setting)."""
-        if not self.settings.threads:
-            return {}
-        return {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(self.settings.threads)}}}
 
     def _attach(self, name: str) -> Any:
         deadline = time.monotonic() + self.settings.ready_timeout_s

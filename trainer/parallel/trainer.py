@@ -62,9 +62,12 @@ class ShardedTrainer(Trainer):
 
     # ----- model and rollouts ----------------------------------------------------------------------
 
-    def _prepare_model(self, model: Any) -> Any:
-        self.local_engine = self.config.rollout.engine != "ray"
+    @property
+    def local_engine(self) -> bool:
         """A local engine generates with a full copy on this rank; a Ray engine takes the shards."""
+        return self.config.rollout.engine != "ray"
+
+    def _prepare_model(self, model: Any) -> Any:
         if self.local_engine:
             self.rollout_model = copy.deepcopy(model)
         device = next(model.parameters()).device
