@@ -9,20 +9,24 @@ After a finished episode:
    per-instance image, ``images.py``; then ``setup_cmd``),
    the change is written into it (refusing symlinks and special files), and ``test_patch`` is
    applied with ``patch -p1`` reading it from stdin;
-3. the project's runner (``scripts/runner.py``, passed as source text, never a file the agent
-   could reach) runs the task's test ids with unittest or pytest in a hardened interpreter
-   (``python3 -I -B``: no user site, no ``PYTHON*`` variables, no bytecode written, none read from
-   the tree's ``__pycache__``, an empty ``HOME`` outside the repository, the standard library
-   ahead of the repository on ``sys.path``) and reports each test's status over a private
-   channel tagged with a per-run nonce, then checks the test framework was not tampered with.
+3. the project's runner (``scripts/kernel.py`` + ``scripts/runner.py``, passed as source text,
+   never a file the agent could reach) runs the task's test ids with unittest or pytest in a
+   hardened interpreter (``python3 -I -B``: no user site, no ``PYTHON*`` variables, no bytecode
+   written, none read from the tree's ``__pycache__``, an empty ``HOME`` outside the repository,
+   the standard library ahead of the repository on ``sys.path``). A supervisor process that runs
+   no repository code alone writes the report, tagged with a per-run nonce the test process never
+   sees; the test process runs under an audit hook that keeps code from the agent's files away
+   from frames, the garbage collector, ``ctypes`` and the runner's state, and every test's outcome
+   is kept inside that hook (``scripts/kernel.py`` says what is refused).
 
 Reward 1 iff every FAIL_TO_PASS and every PASS_TO_PASS test PASSED (or XFAIL), as SWE-bench's
 ``test_passed``; stricter than SWE-bench, a skipped PASS_TO_PASS test does not count (code under
 test can raise ``SkipTest``). A test that was not reported did not pass. Zero, never a mask, for
 whatever the agent's code can cause: a run that times out, exceeds a limit, exits before the
-runner's final report, prints on the channel or tampers with the framework. Masked (``Reward.failed``)
-only for what it cannot: the sandbox lost, the base not setting up again, the test patch not
-applying to the base, the runner failing before it imported any repository code.
+runner's final report, writes on the channel or tampers with the verdict machinery. Masked
+(``Reward.failed``) only for what it cannot: the sandbox lost, the base not setting up again, the
+test patch not applying to the base, the runner failing before it imported any repository code,
+an interpreter older than 3.8 (no audit hooks) unless ``legacy_python`` accepts weaker checks.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from cascade_envs.sandbox.docker import DockerSandbox
 
 from .changes import Change, ChangeError, Manifest, collect
 from .images import image_for
-from .scripts import source
+from .scripts import program
 from .task import SweTask
 
 TEST_TIMEOUT_S = 300.0
@@ -139,8 +143,14 @@ async def grade(
     hidden: Sequence[str] = (),
     test_timeout_s: float = TEST_TIMEOUT_S,
     setup_timeout_s: float = SETUP_TIMEOUT_S,
+    legacy_python: bool = False,
+    defences_off: Sequence[str] = (),
 ) -> Reward:
-    """Score the agent's work in ``session`` (whose workspace held ``base`` at setup) in a clean room."""
+    """Score the agent's work in ``session`` (whose workspace held ``base`` at setup) in a clean room.
+
+    ``legacy_python``: grade on Python < 3.8 without the audit hook (else such a run masks).
+    ``defences_off``: runner defences to leave out (``audit``, ``supervisor``, ``guard``,
+    ``outcomes``), only for the tests that show each one is needed."""
     try:
         change = await collect(session, base, task)
     except ChangeError as exc:
@@ -166,7 +176,8 @@ async def grade(
     except SandboxError as exc:
         return Reward.failed(f"the clean room could not be set up: {exc}")
     try:
-        reward = await _grade_in(room, task, change, test_timeout_s)
+        options = {"legacy": legacy_python, "defences_off": list(defences_off)}
+        reward = await _grade_in(room, task, change, test_timeout_s, options)
     finally:
         await room.aclose()
     reward.components.update(counts)
@@ -175,7 +186,9 @@ async def grade(
     return reward
 
 
-async def _grade_in(room: Session, task: SweTask, change: Change, timeout_s: float) -> Reward:
+async def _grade_in(
+    room: Session, task: SweTask, change: Change, timeout_s: float, options: dict[str, object]
+) -> Reward:
     """Apply ``change`` and the test patch in the fresh workspace ``room``, run the tests, score them."""
     try:
         if change.deleted:  # first: a deleted file may be where the change puts a directory
@@ -201,9 +214,10 @@ async def _grade_in(room: Session, task: SweTask, change: Change, timeout_s: flo
         "tests": list(dict.fromkeys(task.tests)),
         "files": list(dict.fromkeys(t.split("::", 1)[0] for t in task.tests)),
         "agent_paths": sorted(change.written),
+        **options,
     }
     result = await room.arun(
-        [*RUNNER_ARGV, source("runner")],
+        [*RUNNER_ARGV, program("runner")],
         json.dumps(request),
         timeout_s=timeout_s,
         env=RUNNER_ENV,
@@ -217,12 +231,18 @@ def judge_run(task: SweTask, result: ExecResult, nonce: str) -> Reward:
     if result.killed_by == "sandbox" or (result.error and result.killed_by is None):
         return Reward.failed(f"the test run did not complete: {result.describe()}")
     report = read_report(result.stdout, nonce)
+    if "unsupported" in report.events and not report.began:
+        return Reward.failed(
+            f"the task's interpreter cannot be graded safely: {report.events['unsupported']}"
+        )
     if "crash" in report.events and not report.began:
         return Reward.failed(f"the test runner failed before running any test: {report.events['crash']}")
     if not report.began:
         return Reward.failed(f"the test runner did not start: {result.describe()} {result.text[-300:]}")
     if report.foreign:
         return Reward.zero(f"the test run wrote on the result channel: {report.foreign}")
+    if "forged" in report.events:
+        return Reward.zero(f"the test run forged a record: {report.events['forged']}")
     if "tampered" in report.events:
         return Reward.zero(
             f"the test run tampered with the test framework: {'; '.join(report.events['tampered'])}"
@@ -231,7 +251,9 @@ def judge_run(task: SweTask, result: ExecResult, nonce: str) -> Reward:
         why = f"killed ({result.killed_by})" if result.killed_by else f"exited with code {result.exit_code}"
         crash = f": {report.events['crash']}" if "crash" in report.events else ""
         return Reward.zero(f"the test run ended before the runner's final report ({why}{crash})")
-    return verdict(task, report.statuses).reward()
+    refused = report.events.get("refused")
+    suffix = f"; the runner refused: {'; '.join(refused)}" if refused else ""
+    return verdict(task, report.statuses).reward(suffix)
 
 
 @dataclass
@@ -258,7 +280,7 @@ def read_report(stream: bytes, nonce: str) -> Report:
         in_order = (
             isinstance(record, dict)
             and not report.ended
-            and (report.began or "begin" in record or "crash" in record)
+            and (report.began or "begin" in record or "crash" in record or "unsupported" in record)
         )
         if not in_order or not isinstance(record, dict):
             report.foreign = report.foreign or f"line {number} is not the runner's: {line[:80]!r}"
@@ -270,7 +292,7 @@ def read_report(stream: bytes, nonce: str) -> Report:
             if test_id in report.statuses:
                 report.foreign = report.foreign or f"test {test_id} was reported twice"
             report.statuses[test_id] = str(record.get("status"))
-        for key in ("tampered", "crash"):
+        for key in ("tampered", "crash", "forged", "refused", "unsupported"):
             if key in record:
                 report.events[key] = record[key]
     return report

@@ -1,47 +1,52 @@
 """The trusted test runner: runs a task's tests with unittest or pytest and reports each outcome.
 
-Started in the clean-room workspace (cwd: the repository) as ``python3 -I -B -c <this>`` with a
-JSON request on stdin::
+Started in the clean-room workspace (cwd: the repository) as the program ``scripts/__init__.py``
+builds (``kernel.py``, then this file), with a JSON request on stdin::
 
     {"nonce": str, "framework": "unittest" | "pytest", "tests": [test ids],
-     "files": [pytest paths to run], "agent_paths": [files the agent's change wrote]}
+     "files": [test files to run], "agent_paths": [files the agent's change wrote],
+     "legacy": bool (grade on Python < 3.8, without the audit hook), "defences_off": [names, tests only]}
 
-Results do not come from text the tests print. Before any repository code is imported, the
-runner moves its stdout to a private descriptor and points fds 1 and 2 at ``/dev/null``; on the
-private one it writes one line per event, ``<nonce> <json>``: ``{"begin": ...}``, one
-``{"test": id, "status": PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS, "detail": ...}`` per test as
-it ends, ``{"collect_error": ...}``, ``{"tampered": [reasons]}``, ``{"crash": traceback}`` and a
-final ``{"end": ...}``. The host accepts the run only when every line carries the nonce, ``begin``
-comes first and ``end`` last, and no test is reported twice (so a forged record cannot stand
-beside the real one).
+The kernel forks a supervisor that alone writes the host's channel (``<nonce> <json>`` lines:
+``begin``, one ``{"test": id, "status": PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS, "detail": ...}``
+per test, ``collect_error``, ``tampered``, ``refused``, ``crash``, ``end``), and guards this
+process with an audit hook before any repository code is imported (``kernel.py`` says what it
+refuses). Results never come from text the tests print.
 
 ``sys.path`` is the standard library first, then the repository, then site-packages (kept so
-before every test: a test directory that pytest prepends cannot shadow the standard library).
-Once the framework is imported, ``sys.pycache_prefix`` points at an empty directory, so no
-bytecode in the tree's ``__pycache__`` folders is ever loaded.
+before every test). Once the framework is imported, ``sys.pycache_prefix`` points at an empty
+directory, so no bytecode in the tree's ``__pycache__`` folders is ever loaded.
 
-The code under test runs in this process, so ``Guard`` checks, around every test and at the end,
-that it left the verdict machinery alone; a run that fails a check is reported ``tampered``:
+How a test's outcome is kept: every failure is recorded when it happens and the worst outcome of a
+test wins, so nothing recorded later (a success forged through a reachable result object, errors
+cleared from unittest's outcome) turns a failure into a pass. An expected failure counts only
+where the test file declared it: unittest's ``expectedFailure`` as loaded, pytest's ``xfail`` mark
+as collected, or an imperative ``pytest.xfail`` raised from outside the agent's files; a test that
+stops itself (unittest's ``_ShouldStop``) is an error.
 
-- the functions and methods of unittest's and pytest's running and reporting modules, of
-  ``builtins`` and of the runner's own result channel are the objects (and code) they were;
+``Guard`` checks, around every test and at the end, that the code under test left the verdict
+machinery alone; a run that fails a check is reported ``tampered``:
+
+- the functions and methods of the frameworks' running and reporting modules, of the standard
+  library modules the runner reports through (``RUNNER_MODULES``) and of the runner itself are the
+  objects (and code) they were;
 - no pytest plugin, trace or profile function, import hook (``sys.meta_path``,
   ``sys.path_hooks``) comes from a file of the agent's change, nor is a function without a file;
 - no test class from such a file redefines how a test runs, and each test's function is the
-  one that was loaded, from the test's own file;
-- no class from such a file compares equal to objects it has never seen (an ``__eq__`` that
-  always says yes turns every ``assertEqual`` into a pass).
+  one that was loaded, from the test's own file, when it starts and when it ends;
+- no class from such a file compares equal to values it has never seen: random values of the
+  built-in types, and instances of its own class in other states (``Probe``).
 
-These stop the generic ways of rewriting a verdict, not an adversary that edits the runner's
-own memory.
+What is not defended: code that corrupts the interpreter itself (a memory-safety bug of CPython or
+of a C extension), and a test framework that is itself the agent's code (pytest's own repository).
 """
 
 import contextlib
-import gc
 import importlib
-import json
 import os
 import sys
+
+from .kernel import Kernel, clean, start  # the program is kernel.py + this file
 
 RUN_METHODS = (
     "run",
@@ -59,14 +64,15 @@ RUN_METHODS = (
     "_prunetraceback",
 )
 UNITTEST_MODULES = (
+    "unittest",
     "unittest.case",
     "unittest.result",
     "unittest.suite",
     "unittest.loader",
     "unittest.util",
-    "builtins",
 )
 PYTEST_MODULES = (
+    "pytest",
     "_pytest.runner",
     "_pytest.reports",
     "_pytest.python",
@@ -84,8 +90,10 @@ PYTEST_MODULES = (
     "pluggy.callers",
     "pluggy.hooks",
     "pluggy.manager",
-    "builtins",
 )
+RUNNER_MODULES = ("builtins", "os", "posixpath", "gc", "contextlib", "importlib", "traceback", "types")
+"""Standard library modules the runner records and reports through."""
+SEVERITY = ("PASSED", "XFAIL", "SKIPPED", "XPASS", "FAILED", "ERROR")
 MAX_DETAIL = 300
 
 
@@ -97,52 +105,157 @@ def _stdlib_first(root):
     return [*stdlib, root, *sites]
 
 
-def _fingerprint(modules):
-    """``{name: (object id, code id)}`` of every function and class method defined in ``modules``."""
-    out = {}
-    for module_name in modules:
-        module = sys.modules.get(module_name)
-        if module is None:
-            continue
-        for name, value in list(vars(module).items()):
-            key = module_name + "." + name
-            if isinstance(value, type) and (value.__module__ == module_name or module_name == "builtins"):
-                for attr, member in list(vars(value).items()):
-                    func = getattr(member, "__func__", member)
-                    if callable(func) or isinstance(member, property):
-                        out[key + "." + attr] = (id(member), id(getattr(func, "__code__", None)))
-            elif callable(value):
-                out[key] = (id(value), id(getattr(value, "__code__", None)))
-    return out
-
-
 def _origin(obj):
-    """The file ``obj``'s code comes from: a function's module (its globals), a module's, or its class's."""
+    """The file ``obj``'s code comes from: a function's code, a module's file, or its class's module's."""
     func = getattr(obj, "__func__", obj)
-    scope = getattr(func, "__globals__", None)
-    if scope is not None:
-        return scope.get("__file__") or "<code without a file>"
+    code = getattr(func, "__code__", None)
+    if code is not None:
+        name = code.co_filename
+        return name if not name.startswith("<") else "<code without a file>"
     if isinstance(obj, type(sys)):
         return getattr(obj, "__file__", None)
     cls = obj if isinstance(obj, type) else type(obj)
     return getattr(sys.modules.get(getattr(cls, "__module__", "") or ""), "__file__", None)
 
 
+def _severity(status):
+    return SEVERITY.index(status) if status in SEVERITY else len(SEVERITY)
+
+
+class Outcomes:
+    """Each test's outcomes as they happen. Its status is the worst of them; an ``XFAIL`` counts only
+    where the test's file declared the failure (``expect``); each test is reported once."""
+
+    def __init__(self, strict=True):
+        self.strict, self.outcomes, self.declared, self.sent = strict, {}, {}, set()
+
+    def expect(self, test_id, declared):
+        self.declared[clean(test_id)] = bool(declared)
+
+    def record(self, test_id, status, detail=""):
+        test_id = clean(test_id)
+        if status == "XFAIL" and self.strict and not self.declared.get(test_id):
+            status, detail = "FAILED", "an expected failure its test file did not declare: " + clean(detail)
+        now = self.outcomes.get(test_id)
+        if now is None or _severity(status) > _severity(now[0]) or not self.strict:
+            self.outcomes[test_id] = (status, clean(detail, MAX_DETAIL))
+
+    def take(self, test_id):
+        """The record of ``test_id``, once (``None`` after that)."""
+        test_id = clean(test_id)
+        if test_id in self.sent:
+            return None
+        self.sent.add(test_id)
+        status, detail = self.outcomes.get(test_id, ("ERROR", "the test reported no outcome"))
+        return {"test": test_id, "status": status, "detail": detail}
+
+
+KERNEL = None
+"""The kernel, set by ``main``: what the runner keeps lives behind it (``keep``/``state``)."""
+
+
+def _record(test_id, status, detail=""):
+    KERNEL.state("outcomes").record(test_id, status, detail)
+
+
+def _report(test_id):
+    """A test ended: check the verdict machinery, then send its record."""
+    KERNEL.state("guard").checkpoint()
+    record = KERNEL.state("outcomes").take(test_id)
+    if record is not None:
+        KERNEL.report(record)
+
+
+def _report_now(test_id, status, detail):
+    """A test that could not even be loaded."""
+    _record(test_id, status, detail)
+    _report(test_id)
+
+
+def _emit(record):
+    KERNEL.report(record)
+
+
+def _guard():
+    return KERNEL.state("guard")
+
+
+class Probe:
+    """Values an honest ``__eq__`` does not call equal to an object it was not built from."""
+
+    def __init__(self):
+        seed = int.from_bytes(os.urandom(8), "big")
+        ints = [seed % 10**12 + 7, -(seed % 10**9) - 11, seed]
+        self.values = [
+            ints,
+            [float(i) / 7.0 for i in ints],
+            ["cascade-%x" % i for i in ints],
+            [("%x" % i).encode() for i in ints],
+            [(i, "x") for i in ints],
+            [[i, i + 1] for i in ints],
+            [{"k%x" % i: i} for i in ints],
+            [complex(i, 1) for i in ints],
+        ]
+
+    def always_equal(self, cls, instances):
+        """Why ``cls``'s ``__eq__`` (or ordering) says yes to what it has never seen, or ``None``:
+        random values of the built-in types, and instances of ``cls`` itself in unrelated states."""
+        eq, lt = vars(cls).get("__eq__"), vars(cls).get("__lt__")
+        for obj in instances:
+            for probes in self.values:
+                if eq is not None and all(_truthy(eq, obj, p) for p in probes):
+                    return "equals every %s" % type(probes[0]).__name__
+        distinct = self.strangers(cls)
+        for obj in instances:
+            state = getattr(obj, "__dict__", None)
+            if state and all(state != vars(other) for other in distinct):
+                distinct.append(obj)
+        pairs = [(a, b) for a in distinct for b in distinct if a is not b]
+        if len(distinct) >= 3 and eq is not None and all(_truthy(eq, a, b) for a, b in pairs):
+            return "equals every other %s, whatever its state" % cls.__name__
+        if len(distinct) >= 3 and lt is not None and all(_truthy(lt, a, b) for a, b in pairs):
+            return "orders every two %s both ways" % cls.__name__
+        return None
+
+    def strangers(self, cls):
+        """Three instances of ``cls`` built without ``__init__``, every attribute its ``__init__`` names (and
+        its dataclass fields and slots) set to random values of their own: no honest ``__eq__`` calls them
+        equal, nor orders each before the other."""
+        names = set()
+        for klass in getattr(cls, "__mro__", ())[:-1]:
+            init = vars(klass).get("__init__")
+            names.update(getattr(getattr(init, "__code__", None), "co_names", ()))
+            names.update(getattr(klass, "__dataclass_fields__", None) or ())
+            slots = vars(klass).get("__slots__", ())
+            names.update([slots] if isinstance(slots, str) else slots)
+        made = []
+        for value in self.values[0] if names else ():
+            with contextlib.suppress(Exception):
+                obj = cls.__new__(cls)
+                for n, name in enumerate(sorted(names)):
+                    with contextlib.suppress(Exception):
+                        object.__setattr__(obj, name, value + n)
+                made.append(obj)
+        return made
+
+
+def _truthy(eq, a, b):
+    try:
+        result = eq(a, b)
+        return result is not NotImplemented and bool(result)
+    except Exception:
+        return False
+
+
 class Guard:
-    """Checks that the code under test left the verdict machinery alone (see the module docstring)."""
+    """The checks that need the frameworks' objects (see the module docstring); what they find goes to
+    the kernel (``flag``), which keeps it where the code under test cannot clear it."""
 
-    def __init__(self, root, agent_paths, modules, extra=()):
-        self.root, self.agent_paths, self.modules = root, agent_paths, modules
-        self.before = _fingerprint(modules)
-        self.extra = [(name, obj, self._marks(obj)) for name, obj in extra]
+    def __init__(self, root, agent_paths, active=True):
+        self.root, self.agent_paths, self.active = root, agent_paths, active
         self.tests = {}
-        self.reasons = []
         self.known_hooks = {id(hook) for _, hook in self._hooks()}
-
-    @staticmethod
-    def _marks(obj):
-        members = [(k, v) for k, v in vars(obj).items() if k != "reported"]
-        return sorted((k, id(v), id(getattr(v, "__code__", None))) for k, v in members)
+        self.probe, self.equal_checked = Probe(), set()
 
     @staticmethod
     def _hooks():
@@ -162,8 +275,8 @@ class Guard:
         return rel if rel in self.agent_paths else None
 
     def flag(self, reason):
-        if reason not in self.reasons:
-            self.reasons.append(reason)
+        if self.active:
+            KERNEL.flag(reason)
 
     def hooks(self):
         """New trace, profile and import hooks from the agent's files or without one (around every test)."""
@@ -172,10 +285,12 @@ class Guard:
             if where:
                 self.flag(f"{what} from {where} was installed")
 
-    def loaded(self, test_id, func, cls=None):
-        """A test was loaded: remember its function; its class must not redefine how a test runs."""
+    def loaded(self, test_id, func, cls=None, expecting=False, files=(), word=""):
+        """A test was loaded: remember its function, and whether it is expected to fail: marked so when
+        loaded, and by its own test ``files`` (which must name the marker, ``word``)."""
         func = getattr(func, "__func__", func)
-        self.tests[test_id] = func
+        self.tests[clean(test_id)] = func
+        KERNEL.state("outcomes").expect(test_id, expecting and any(self._names(path, word) for path in files))
         where = func is not None and self.agent_file(func)
         if where:
             self.flag(f"test {test_id} runs code from {where}")
@@ -184,132 +299,206 @@ class Guard:
             if where and any(name in vars(klass) for name in RUN_METHODS):
                 self.flag(f"test class {klass.__name__} from {where} redefines how a test runs")
 
-    def finish(self, current):
-        """Every reason the run cannot be trusted; ``current(test_id)`` gives a test's function now."""
+    def _names(self, path, word):
+        try:
+            with open(os.path.join(self.root, path), encoding="utf-8", errors="replace") as f:
+                return word in f.read()
+        except OSError:
+            return False
+
+    def modules(self):
+        """No module's class was swapped for one of the agent's (its ``__getattribute__`` would see the loader)."""
+        for name, module in list(sys.modules.items()):
+            kind = type(module)
+            if kind is not type(sys) and self.agent_file(kind):
+                self.flag(
+                    f"module {name} was made an instance of {kind.__name__} from {self.agent_file(kind)}"
+                )
+
+    def same_test(self, test_id, now):
+        """``now`` is the function ``test_id`` was loaded with (checked as a test starts and ends)."""
+        if clean(test_id) in self.tests and getattr(now, "__func__", now) is not self.tests[clean(test_id)]:
+            self.flag(f"test {test_id} was replaced")
+
+    def checkpoint(self):
+        """Between two tests: the hooks, the modules, and the classes of the agent's modules."""
         self.hooks()
-        after = _fingerprint(self.modules)
-        for name in sorted(set(self.before) | set(after)):
-            if after.get(name) != self.before.get(name):
-                self.flag("changed: " + name)
-        for name, obj, marks in self.extra:
-            if self._marks(obj) != marks:
-                self.flag(f"the runner's {name} was changed")
-        for test_id, func in self.tests.items():
-            now = current(test_id)
-            if getattr(now, "__func__", now) is not func:
-                self.flag(f"test {test_id} was replaced while it ran")
-        self.always_equal()
-        return self.reasons[:20]
+        self.modules()
+        self.always_equal(list(self._agent_classes()), {})
 
-    def always_equal(self):
-        """Classes from the agent's files whose ``__eq__`` says yes to objects they have never seen."""
-        probes = (object(), {"cascade-probe": object()}, [object()], "cascade-probe", -7.25)
-        for cls in [o for o in gc.get_objects() if isinstance(o, type) and "__eq__" in vars(o)]:
-            where = self.agent_file(cls)
-            if not where:
-                continue
-            try:
-                instance = cls.__new__(cls)
-            except Exception:
-                instance = object.__new__(cls) if cls.__new__ is object.__new__ else None
+    def finish(self):
+        """The end of the run: every class of the agent's with an ``__eq__``, and their live instances."""
+        self.checkpoint()
+        import gc
+
+        classes, instances = [], {}
+        for obj in gc.get_objects():
+            if isinstance(obj, type):
+                if "__eq__" in vars(obj) and self.agent_file(obj):
+                    classes.append(obj)
+            elif type(obj) in self.equal_checked and len(instances.setdefault(type(obj), [])) < 8:
+                instances[type(obj)].append(obj)
+        self.always_equal(classes, instances)
+
+    def _agent_classes(self):
+        for module in list(sys.modules.values()):
+            if getattr(module, "__file__", None) and self.agent_file(module):
+                for value in list(vars(module).values()):
+                    if isinstance(value, type) and "__eq__" in vars(value):
+                        yield value
+
+    def always_equal(self, classes, instances):
+        """Classes from the agent's files whose ``__eq__`` says yes to values they have never seen."""
+        for cls in classes:
+            self.equal_checked.add(cls)
+            made = []
             with contextlib.suppress(Exception):
-                if instance is not None and all(vars(cls)["__eq__"](instance, p) is True for p in probes):
-                    self.flag(f"class {cls.__name__} from {where} compares equal to anything")
+                made.append(cls.__new__(cls))
+            why = self.probe.always_equal(cls, made + instances.get(cls, []))
+            if why:
+                self.flag(f"class {cls.__name__} from {self.agent_file(cls)} {why}")
+
+    def raised_by_agent(self, tb):
+        """Whether the exception of traceback ``tb`` was raised from the agent's files (its innermost
+        frame outside the test frameworks)."""
+        where = None
+        while tb is not None:
+            name = tb.tb_frame.f_code.co_filename
+            if not any(part in name for part in ("/_pytest/", "/pluggy/", "/unittest/")):
+                where = name
+            tb = tb.tb_next
+        if where is None or where.startswith("<"):
+            return where is not None
+        return os.path.relpath(os.path.realpath(where), self.root) in self.agent_paths
 
 
-class Channel:
-    """The private result channel: one ``<nonce> <json>`` line per event."""
+def run_unittest(request, root):
+    import unittest
+    import unittest.case
 
-    def __init__(self, nonce):
-        self.fd, self.nonce, self.write = os.dup(1), nonce, os.write
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.close(null)
-        self.reported = 0
+    loaded = {}
 
-    def emit(self, record):
-        data = (self.nonce + " " + json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-        while data:
-            data = data[self.write(self.fd, data) :]
+    class Recorder(unittest.TestResult):
+        def startTest(self, test):
+            sys.path[:] = _stdlib_first(root)
+            _guard().hooks()
+            _guard().same_test(test.id(), getattr(type(test), test._testMethodName, None))
+            super().startTest(test)
 
-    def test(self, test_id, status, detail=""):
-        self.reported += 1
-        self.emit({"test": test_id, "status": status, "detail": detail[-MAX_DETAIL:]})
+        def addSuccess(self, test):
+            _record(test.id(), "PASSED")
+
+        def addFailure(self, test, err):
+            _record(test.id(), "FAILED", _detail(err))
+
+        def addError(self, test, err):
+            if not isinstance(test, unittest.TestCase):  # a class or module fixture failed
+                _emit({"collect_error": clean(str(test)), "detail": clean(_detail(err), MAX_DETAIL)})
+            _record(test.id(), "ERROR", _detail(err))
+
+        def addSkip(self, test, reason):
+            _record(test.id(), "SKIPPED", reason)
+
+        def addExpectedFailure(self, test, err):
+            _record(test.id(), "XFAIL", _detail(err))
+
+        def addUnexpectedSuccess(self, test):
+            _record(test.id(), "XPASS")
+
+        def addSubTest(self, test, subtest, err):
+            if err is not None:
+                failed = issubclass(err[0], test.failureException)
+                _record(test.id(), "FAILED" if failed else "ERROR", _detail(err))
+
+        def stopTest(self, test):
+            super().stopTest(test)
+            _guard().same_test(test.id(), getattr(type(test), test._testMethodName, None))
+            _report(test.id())
+
+    _emit({"ready": "unittest"})
+    loader, suite = unittest.TestLoader(), unittest.TestSuite()
+    for test_id in request["tests"]:
+        try:
+            tests = list(_flatten(loader.loadTestsFromName(test_id)))
+        except Exception:  # the module (or what it imports) raised: the test cannot run
+            _report_now(test_id, "ERROR", _detail(sys.exc_info()))
+            continue
+        failed = [t for t in tests if type(t).__name__ == "_FailedTest"]  # could not be imported or found
+        if failed:
+            _report_now(test_id, "ERROR", str(getattr(failed[0], "_exception", "")))
+            continue
+        for test in tests:
+            if test.id() not in loaded:
+                loaded[test.id()] = test
+                method = getattr(type(test), test._testMethodName, None)
+                expecting = getattr(method, "__unittest_expecting_failure__", False) or getattr(
+                    type(test), "__unittest_expecting_failure__", False
+                )
+                files = _unittest_files(test.id())
+                _guard().loaded(test.id(), method, type(test), expecting, files, "expectedFailure")
+                suite.addTest(test)
+    suite.run(Recorder())
+
+
+def _part_executor(part):
+    """unittest's ``_Outcome.testPartExecutor``, recording a part's failure as it is raised: nothing can
+    clear it later, and a test that stops itself (``_ShouldStop``) is an error, not a pass."""
+    import unittest.case
+
+    @contextlib.contextmanager
+    def executor(outcome, test_case, *args, **kwargs):
+        with part(outcome, test_case, *args, **kwargs):
+            try:
+                yield
+            except unittest.SkipTest as exc:
+                _record(_test_of(test_case).id(), "SKIPPED", str(exc))
+                raise
+            except unittest.case._ShouldStop:
+                _record(_test_of(test_case).id(), "ERROR", "the test stopped itself")
+                raise
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
+                test, err = _test_of(test_case), sys.exc_info()
+                if outcome.expecting_failure:
+                    _record(test.id(), "XFAIL", _detail(err))
+                else:
+                    _record(
+                        test.id(),
+                        "FAILED" if issubclass(err[0], test.failureException) else "ERROR",
+                        _detail(err),
+                    )
+                raise
+
+    return executor
+
+
+def _unittest_files(test_id):
+    """The files a unittest id can come from (its module, as a file or a package)."""
+    parts = test_id.split(".")
+    return [
+        "/".join(parts[:k]) + suffix
+        for k in range(len(parts) - 1, 0, -1)
+        for suffix in (".py", "/__init__.py")
+    ]
+
+
+def _pytest_files(path):
+    """A pytest test file and the ``conftest.py`` files above it, up to the repository."""
+    folders = path.split("/")[:-1]
+    return [path] + ["/".join([*folders[:k], "conftest.py"]) for k in range(len(folders), -1, -1)]
+
+
+def _test_of(test_case):
+    return getattr(test_case, "test_case", test_case)  # a subtest's own test
 
 
 def _detail(err):
     if not err:
         return ""
     kind, value = err[0], err[1]
-    first = (str(value).strip().splitlines() or [""])[0]
-    return getattr(kind, "__name__", str(kind)) + (": " + first if first else "")
-
-
-def run_unittest(request, channel, guard_for, root):
-    import unittest
-
-    statuses, loaded = {}, {}
-
-    class Recorder(unittest.TestResult):
-        def _set(self, test, status, err=None):
-            statuses.setdefault(test.id(), (status, _detail(err)))
-
-        def startTest(self, test):
-            sys.path[:] = _stdlib_first(root)
-            guard.hooks()
-            super().startTest(test)
-
-        def addSuccess(self, test):
-            self._set(test, "PASSED")
-
-        def addFailure(self, test, err):
-            self._set(test, "FAILED", err)
-
-        def addError(self, test, err):
-            if not isinstance(test, unittest.TestCase):  # a class or module fixture failed
-                channel.emit({"collect_error": str(test), "detail": _detail(err)})
-            self._set(test, "ERROR", err)
-
-        def addSkip(self, test, reason):
-            self._set(test, "SKIPPED", (type("Skipped", (), {}), reason))
-
-        def addExpectedFailure(self, test, err):
-            self._set(test, "XFAIL", err)
-
-        def addUnexpectedSuccess(self, test):
-            self._set(test, "XPASS")
-
-        def addSubTest(self, test, subtest, err):
-            if err is not None:
-                self._set(test, "FAILED" if issubclass(err[0], test.failureException) else "ERROR", err)
-
-        def stopTest(self, test):
-            super().stopTest(test)
-            guard.hooks()
-            status, detail = statuses.get(test.id(), ("ERROR", "the test reported no outcome"))
-            channel.test(test.id(), status, detail)
-
-    guard = guard_for(UNITTEST_MODULES, [("result class", Recorder)])
-    channel.emit({"begin": "unittest"})
-    loader, suite = unittest.TestLoader(), unittest.TestSuite()
-    for test_id in request["tests"]:
-        try:
-            tests = list(_flatten(loader.loadTestsFromName(test_id)))
-        except Exception:  # the module (or what it imports) raised: the test cannot run
-            channel.test(test_id, "ERROR", _detail(sys.exc_info()))
-            continue
-        failed = [t for t in tests if type(t).__name__ == "_FailedTest"]  # could not be imported or found
-        if failed:
-            channel.test(test_id, "ERROR", str(getattr(failed[0], "_exception", ""))[:MAX_DETAIL])
-            continue
-        for test in tests:
-            if test.id() not in loaded:
-                loaded[test.id()] = test
-                guard.loaded(test.id(), getattr(type(test), test._testMethodName, None), type(test))
-                suite.addTest(test)
-    suite.run(Recorder())
-    return guard.finish(lambda test_id: getattr(type(loaded[test_id]), loaded[test_id]._testMethodName, None))
+    first = (clean(str(value)).strip().splitlines() or [""])[0]
+    return clean(getattr(kind, "__name__", "?")) + (": " + first if first else "")
 
 
 def _flatten(suite):
@@ -320,89 +509,132 @@ def _flatten(suite):
             yield item
 
 
-def run_pytest(request, channel, guard_for, root):
+def run_pytest(request, root):
     import pytest
+    from _pytest.outcomes import XFailed
 
-    state, items = {}, {}
+    items = {}
 
     class Recorder:
         def pytest_collectreport(self, report):
             if report.failed:
-                channel.emit({"collect_error": report.nodeid, "detail": str(report.longrepr)[-MAX_DETAIL:]})
+                _emit(
+                    {"collect_error": clean(report.nodeid), "detail": clean(str(report.longrepr), MAX_DETAIL)}
+                )
 
         def pytest_collection_finish(self, session):
             for item in session.items:
                 items[item.nodeid] = item
-                guard.loaded(item.nodeid, getattr(item, "obj", None), getattr(item, "cls", None))
+                expecting = any(True for _ in item.iter_markers(name="xfail"))
+                files = _pytest_files(item.nodeid.split("::")[0])
+                obj, cls = getattr(item, "obj", None), getattr(item, "cls", None)
+                _guard().loaded(item.nodeid, obj, cls, expecting, files, "xfail")
 
         def pytest_runtest_setup(self, item):
             sys.path[:] = _stdlib_first(root)
-            guard.hooks()
+            _guard().hooks()
+            _guard().same_test(item.nodeid, getattr(item, "obj", None))
+
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            excinfo = (
+                call.excinfo
+            )  # an imperative pytest.xfail() declares the failure if a test file raised it
+            if (
+                excinfo is not None
+                and isinstance(excinfo.value, XFailed)
+                and not _guard().raised_by_agent(excinfo.tb)
+            ):
+                KERNEL.state("outcomes").expect(item.nodeid, True)
+            yield
 
         def pytest_runtest_logreport(self, report):
             xfail, outcome = hasattr(report, "wasxfail"), report.outcome
-            if report.when == "call" or (report.when == "setup" and outcome != "passed"):
+            detail = str(report.longrepr or "")[-MAX_DETAIL:]
+            if report.when == "call" or outcome != "passed":
                 if outcome == "passed":
                     status = "XPASS" if xfail else "PASSED"
                 elif outcome == "skipped":
                     status = "XFAIL" if xfail else "SKIPPED"
                 else:
                     status = "FAILED" if report.when == "call" else "ERROR"
-                state[report.nodeid] = (status, str(report.longrepr or "")[-MAX_DETAIL:])
-            elif report.when == "teardown" and outcome == "failed":
-                state[report.nodeid] = ("ERROR", str(report.longrepr or "")[-MAX_DETAIL:])
+                _record(report.nodeid, status, detail)
 
         def pytest_runtest_logfinish(self, nodeid, location):
-            guard.hooks()
-            status, detail = state.get(nodeid, ("ERROR", "the test reported no outcome"))
-            channel.test(nodeid, status, detail)
+            if nodeid in items:
+                _guard().same_test(nodeid, getattr(items[nodeid], "obj", None))
+            _report(nodeid)
 
         def pytest_unconfigure(self, config):
             for name, plugin in config.pluginmanager.list_name_plugin():
-                where = guard.agent_file(plugin)
+                where = _guard().agent_file(plugin)
                 if where and where != "<code without a file>":
-                    guard.flag(f"a pytest plugin from {where} was registered ({name})")
+                    _guard().flag(f"a pytest plugin from {where} was registered ({name})")
 
-    for name in PYTEST_MODULES:  # pytest loads some of them only once it is configured
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-    guard = guard_for(PYTEST_MODULES, [("result plugin", Recorder)])
-    channel.emit({"begin": "pytest " + pytest.__version__})
+    _emit({"ready": "pytest " + pytest.__version__})
     pytest.main(["-p", "no:cacheprovider", "-q", "--rootdir", root, *request["files"]], plugins=[Recorder()])
-    return guard.finish(lambda nodeid: getattr(items[nodeid], "obj", None))
+
+
+def _trusted_code():
+    """The code objects of this program (and of what started it), for the kernel to tell its own."""
+    found, frame = {}, sys._getframe()
+    todo = []
+    while frame is not None:
+        todo.append(frame.f_code)
+        frame = frame.f_back
+    while todo:
+        code = todo.pop()
+        if id(code) not in found and type(code) is type(_trusted_code.__code__):
+            found[id(code)] = code
+            todo.extend(code.co_consts)
+    return list(found.values())
 
 
 def main():
-    request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    channel = Channel(request["nonce"])
+    global KERNEL
+    request, reporter = start()
+    root = os.path.realpath(os.getcwd())
+    agent_paths = frozenset(request.get("agent_paths") or ())
+    off = frozenset(request.get("defences_off") or ())
+    KERNEL = kernel = Kernel(reporter, root, agent_paths, off)
     try:
-        root = os.path.realpath(os.getcwd())
+        if sys.version_info < (3, 8) and not request.get("legacy"):
+            kernel.report(
+                {
+                    "unsupported": "Python %d.%d has no audit hooks, so code under test could reach the "
+                    "verdict: grade such tasks with legacy_python=True (weaker checks)" % sys.version_info[:2]
+                }
+            )
+            os._exit(0)
         sys.path[:] = _stdlib_first(root)
         sys.dont_write_bytecode = True
         os.makedirs(os.environ.get("HOME") or "/tmp/cascade-home", exist_ok=True)
-        if request["framework"] == "pytest":
-            import pytest  # noqa: F401  (the framework's own modules load from their usual bytecode)
-        else:
-            import unittest  # noqa: F401
+        kernel.install(_trusted_code())
+        framework = PYTEST_MODULES if request["framework"] == "pytest" else UNITTEST_MODULES
+        for name in framework:  # pytest loads some of them only once it is configured
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+        if request["framework"] == "unittest" and "outcomes" not in off:
+            import unittest.case
+
+            unittest.case._Outcome.testPartExecutor = _part_executor(unittest.case._Outcome.testPartExecutor)
         sys.pycache_prefix = os.path.join(os.environ.get("HOME") or "/tmp", ".pycache")
-        agent_paths = frozenset(request.get("agent_paths") or ())
-
-        def guard_for(modules, extra):
-            return Guard(
-                root, agent_paths, modules, [("result channel", channel), ("channel class", Channel), *extra]
-            )
-
-        run = run_pytest if request["framework"] == "pytest" else run_unittest
-        tampered = run(request, channel, guard_for, root)
-        if tampered:
-            channel.emit({"tampered": tampered})
-        channel.emit({"end": channel.reported})
+        kernel.keep("outcomes", Outcomes(strict="outcomes" not in off))
+        kernel.keep("guard", Guard(root, agent_paths, active="guard" not in off))
+        if "guard" not in off:
+            watched = [
+                (name, sys.modules[name], False) for name in framework + RUNNER_MODULES if name in sys.modules
+            ]
+            kernel.baseline([*watched, ("runner", globals(), True), ("kernel", vars(kernel), True)])
+        (run_pytest if request["framework"] == "pytest" else run_unittest)(request, root)
+        _guard().finish()
+        kernel.finish(len(kernel.state("outcomes").sent))
     except BaseException:
         import traceback
 
-        channel.emit({"crash": traceback.format_exc()[-1000:]})
+        kernel.report({"crash": clean(traceback.format_exc(), 1000)})
     os._exit(0)
 
 
-if __name__ == "__main__":
+if __name__ == "cascade_runner":
     main()
