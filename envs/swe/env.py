@@ -107,7 +107,9 @@ class SweEnv(Env[SweTask]):
     command's timeout when the call gives none; ``max_command_timeout_s`` caps the ones it gives.
     ``test_timeout_s``, ``setup_timeout_s``: the grading run and the setup command.
     ``max_result_chars``: the longest tool message. ``memory_mb``, ``nproc``, ``output_limit_mb``:
-    per-command limits. ``allow_unsafe_local``: accept the ``local`` sandbox (see the module doc). ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
+    per-command limits. ``allow_unsafe_local``: accept the ``local`` sandbox (see the module doc).
+    ``legacy_python``: grade tasks whose interpreter is older than 3.8 (no audit hooks, so the runner's
+    in-process defences are off; such a task masks without it). ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
     unset: the runner's) bound an episode; the report's 256K context is the engine's, whose
     overflow ends the episode truncated.
     """
@@ -132,6 +134,7 @@ class SweEnv(Env[SweTask]):
         nproc: int = 256,
         output_limit_mb: float = 4,
         allow_unsafe_local: bool = False,
+        legacy_python: bool = False,
         **kwargs: Any,
     ):
         if max_calls_per_turn < 1:
@@ -165,6 +168,7 @@ class SweEnv(Env[SweTask]):
         self.test_timeout_s, self.setup_timeout_s = float(test_timeout_s), float(setup_timeout_s)
         self.max_calls_per_turn = int(max_calls_per_turn)
         self.max_result_chars = int(max_result_chars)
+        self.legacy_python = bool(legacy_python)
         self._toolboxes: dict[str, Any] = {}
         super().__init__(tasks, **kwargs)
         self.hidden = self._hidden()
@@ -274,6 +278,7 @@ class SweEnv(Env[SweTask]):
             hidden=self.hidden,
             test_timeout_s=self.test_timeout_s,
             setup_timeout_s=self.setup_timeout_s,
+            legacy_python=self.legacy_python,
         )
         reward.components.update(self._counts(state))
         return reward
