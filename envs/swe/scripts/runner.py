@@ -1,10 +1,18 @@
-"""The trusted test runner: runs a task's tests with unittest or pytest and reports each outcome.
+"""The trusted test runner: runs a task's tests and reports each outcome.
 
-Started in the clean-room workspace (cwd: the repository) as ``python3 -I -B -c <this>`` with a
-JSON request on stdin::
+Started in the clean-room workspace (cwd: the repository) as ``<the task's python> -I -B -c <this>``
+with a JSON request on stdin::
 
-    {"nonce": str, "framework": "unittest" | "pytest", "tests": [test ids],
-     "files": [pytest paths to run], "agent_paths": [files the agent's change wrote]}
+    {"nonce": str, "framework": "unittest" | "pytest" | "django" | "sympy", "tests": [test ids],
+     "files": [what to run: pytest paths, Django labels, SymPy test files],
+     "agent_paths": [files the agent's change wrote], "paths": [sys.path entries the task declares],
+     "env": {variables the task declares}, "warnings": [warning filters], "options": [runner options]}
+
+Drivers (``DRIVERS``): ``unittest`` loads the ids; ``pytest`` runs the files; ``django`` runs the
+repository's own ``tests/runtests.py`` with its options and labels, its suite run by this runner
+and each test reported in the row's id format; ``sympy`` runs the test functions of the files as
+SymPy's ``bin/test`` does. ``env``, ``paths`` and ``warnings`` are applied here, before any
+repository code is imported (``-I`` ignores ``PYTHON*`` variables).
 
 Results do not come from text the tests print. Before any repository code is imported, the
 runner moves its stdout to a private descriptor and points fds 1 and 2 at ``/dev/null``; on the
@@ -372,12 +380,210 @@ def run_pytest(request, channel, guard_for, root):
     return guard.finish(lambda nodeid: getattr(items[nodeid], "obj", None))
 
 
+def _declared(request, root):
+    """Apply what the task declares for its tests: variables, ``sys.path`` entries (after the standard
+    library, before the repository), warning filters (what ``PYTHONPATH``/``PYTHONWARNINGS`` would do)."""
+    import warnings
+
+    os.environ.update(request.get("env") or {})
+    extra = [p for p in request.get("paths") or () if p not in sys.path]
+    at = sys.path.index(root) if root in sys.path else len(sys.path)
+    sys.path[at:at] = extra
+    for spec in request.get("warnings") or ():
+        with contextlib.suppress(Exception):  # a filter whose category does not import: ignored, as -W does
+            warnings._setoption(spec)
+
+
+def _django_id(test, wanted, reported):
+    """The id a Django row gives ``test``: ``name (module.Class)``, ``name (module.Class.name)`` (3.11+),
+    its docstring's first line (what Django's verbose log shows then), or unittest's id."""
+    name = getattr(test, "_testMethodName", "")
+    cls = f"{type(test).__module__}.{type(test).__qualname__}"
+    doc = test.shortDescription() if hasattr(test, "shortDescription") else None
+    for candidate in (f"{name} ({cls})", f"{name} ({cls}.{name})", doc, test.id()):
+        if candidate and candidate in wanted and candidate not in reported:
+            return candidate
+    return test.id()
+
+
+def run_django(request, channel, guard_for, root):
+    """Django's own ``tests/runtests.py`` (its settings module, apps, databases and options, e.g.
+    ``--settings=test_sqlite --parallel 1``) runs the labels, as SWE-bench runs it; its test runner's
+    ``test_runner`` is this runner's, so the suite runtests.py builds runs here with the Recorder."""
+    import runpy
+    import unittest
+
+    from django.test import runner as django_runner
+
+    wanted, reported = set(request["tests"]), set()
+    statuses, loaded = {}, {}
+
+    class Recorder(unittest.TestResult):
+        def _set(self, test, status, err=None):
+            statuses.setdefault(test.id(), (status, _detail(err)))
+
+        def startTest(self, test):
+            sys.path[:] = _stdlib_first(root)
+            guard.hooks()
+            super().startTest(test)
+
+        def addSuccess(self, test):
+            self._set(test, "PASSED")
+
+        def addFailure(self, test, err):
+            self._set(test, "FAILED", err)
+
+        def addError(self, test, err):
+            if not isinstance(test, unittest.TestCase):  # a class or module fixture failed
+                channel.emit({"collect_error": str(test), "detail": _detail(err)})
+            self._set(test, "ERROR", err)
+
+        def addSkip(self, test, reason):
+            self._set(test, "SKIPPED", (type("Skipped", (), {}), reason))
+
+        def addExpectedFailure(self, test, err):
+            self._set(test, "XFAIL", err)
+
+        def addUnexpectedSuccess(self, test):
+            self._set(test, "XPASS")
+
+        def addSubTest(self, test, subtest, err):
+            if err is not None:
+                self._set(test, "FAILED" if issubclass(err[0], test.failureException) else "ERROR", err)
+
+        def stopTest(self, test):
+            super().stopTest(test)
+            guard.hooks()
+            status, detail = statuses.get(test.id(), ("ERROR", "the test reported no outcome"))
+            test_id = _django_id(test, wanted, reported)
+            reported.add(test_id)
+            channel.test(test_id, status, detail)
+
+    class Runner:
+        """Django's ``DiscoverRunner.test_runner``: runs the suite it is given with the Recorder."""
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self, suite):
+            tests = list(_flatten(suite))
+            for test in tests:
+                if test.id() not in loaded:
+                    loaded[test.id()] = test
+                    method = getattr(type(test), getattr(test, "_testMethodName", ""), None)
+                    guard.loaded(test.id(), method, type(test))
+            result = Recorder()
+            unittest.TestSuite(tests).run(result)
+            return result
+
+    django_runner.DiscoverRunner.test_runner = Runner
+    guard = guard_for(UNITTEST_MODULES, [("result class", Recorder), ("runner class", Runner)])
+    channel.emit({"begin": "django"})
+    script = os.path.join(root, "tests", "runtests.py")
+    sys.argv = [script, *(request.get("options") or ()), *request["files"]]
+    sys.path.insert(0, os.path.dirname(script))  # as when runtests.py runs as a script
+    with contextlib.suppress(SystemExit):  # runtests.py exits with its failure count; what ran was reported
+        runpy.run_path(script, run_name="__main__")
+    return guard.finish(
+        lambda test_id: getattr(type(loaded[test_id]), getattr(loaded[test_id], "_testMethodName", ""), None)
+    )
+
+
+SYMPY_SEED = 20240101
+SYMPY_STATUS = {"Skipped": "SKIPPED", "XPass": "XPASS"}
+SYMPY_RANK = ("PASSED", "SKIPPED", "XPASS", "FAILED", "ERROR")
+
+
+def _unwrapped(func):
+    while hasattr(func, "__wrapped__"):
+        func = func.__wrapped__
+    return func
+
+
+def _sympy_outcome(func):
+    """``(status, detail)`` of one SymPy test function, judged as its ``bin/test`` judges it; an expected
+    failure (``XFail``) is not a pass, as in SWE-bench's SymPy grading, whose log parser never counts one."""
+    import inspect
+    import random
+    import warnings
+
+    if getattr(func, "_slow", False):
+        return "SKIPPED", "Slow"
+    if inspect.isgeneratorfunction(_unwrapped(func)):
+        return "ERROR", "a generator test: its cases are not run here"
+    deprecated = getattr(sys.modules.get("sympy.utilities.exceptions"), "SymPyDeprecationWarning", None)
+    random.seed(SYMPY_SEED)
+    try:
+        with warnings.catch_warnings():
+            if deprecated is not None:
+                warnings.simplefilter("error", deprecated)
+            func()
+    except Exception:
+        err = sys.exc_info()
+        kind = err[0].__name__
+        if err[0] is AssertionError:
+            return "FAILED", _detail(err)
+        if kind == "XFail":
+            return "FAILED", "XFail: an expected failure does not pass"
+        return SYMPY_STATUS.get(kind, "ERROR"), _detail(err)
+    return "PASSED", ""
+
+
+def run_sympy(request, channel, guard_for, root):
+    """SymPy's ``bin/test`` conventions: each given test file is executed in a fresh namespace, and each
+    of its ``test_*`` functions defined in that file runs in line order (``@slow`` ones skipped;
+    ``Skipped``, ``XFail``, ``XPass`` read by name as SymPy does). Tests are reported by bare name, as
+    SymPy rows name them; a name defined in two files passes only where it passes in both."""
+    import inspect
+
+    guard = guard_for(("builtins",), [])
+    channel.emit({"begin": "sympy"})
+    outcomes, scopes = {}, {}
+    for path in request["files"]:
+        filename = os.path.join(root, path)
+        scope = {"__file__": filename}
+        try:
+            with open(filename, encoding="utf-8") as handle:
+                code = compile(handle.read(), filename, "exec", dont_inherit=True)
+            exec(code, scope)
+        except Exception:
+            channel.emit({"collect_error": path, "detail": _detail(sys.exc_info())})
+            continue
+        funcs = [
+            (name, func)
+            for name, func in list(scope.items())
+            if name.startswith("test_")
+            and inspect.isfunction(func)
+            and getattr(_unwrapped(func), "__code__", None) is not None
+            and _unwrapped(func).__code__.co_filename == filename
+        ]
+        funcs.sort(key=lambda item: _unwrapped(item[1]).__code__.co_firstlineno)
+        for name, func in funcs:
+            test_id = path + "::" + name
+            scopes[test_id] = (scope, name)
+            guard.loaded(test_id, func)
+            sys.path[:] = _stdlib_first(root)
+            guard.hooks()
+            status, detail = _sympy_outcome(func)
+            guard.hooks()
+            was = outcomes.get(name)
+            if was is None or SYMPY_RANK.index(status) > SYMPY_RANK.index(was[0]):
+                outcomes[name] = (status, detail)
+    for name, (status, detail) in outcomes.items():
+        channel.test(name, status, detail)
+    return guard.finish(lambda test_id: scopes[test_id][0].get(scopes[test_id][1]))
+
+
+DRIVERS = {"unittest": run_unittest, "pytest": run_pytest, "django": run_django, "sympy": run_sympy}
+
+
 def main():
     request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     channel = Channel(request["nonce"])
     try:
         root = os.path.realpath(os.getcwd())
         sys.path[:] = _stdlib_first(root)
+        _declared(request, root)
         sys.dont_write_bytecode = True
         os.makedirs(os.environ.get("HOME") or "/tmp/cascade-home", exist_ok=True)
         if request["framework"] == "pytest":
@@ -392,7 +598,7 @@ def main():
                 root, agent_paths, modules, [("result channel", channel), ("channel class", Channel), *extra]
             )
 
-        run = run_pytest if request["framework"] == "pytest" else run_unittest
+        run = DRIVERS[request["framework"]]
         tampered = run(request, channel, guard_for, root)
         if tampered:
             channel.emit({"tampered": tampered})

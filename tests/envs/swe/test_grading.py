@@ -127,13 +127,12 @@ def test_a_lost_sandbox_masks(durations):
     assert reward.masked and "could not be read" in reward.error, reward
 
 
-def test_a_runner_that_cannot_start_masks(durations, monkeypatch):
-    """A failure before any repository code ran (here: no python3 for the runner) is not the agent's."""
-    import cascade_envs.envs.swe.grading as grading
-
-    monkeypatch.setattr(grading, "RUNNER_ARGV", ["python3-missing", *grading.RUNNER_ARGV[1:]])
-    reward = asyncio.run(graded(durations, gold(row("durations")["patch"])))
-    assert reward.masked and "python3-missing" in reward.error, reward
+def test_a_task_without_an_interpreter_for_its_tests_masks(durations):
+    """No interpreter that runs the task's tests (here: the row names one that is not there) is not the agent's."""
+    task = read_task({**row("durations"), "python": "/opt/missing/bin/python3"})
+    reward = asyncio.run(graded(task, gold(row("durations")["patch"])))
+    assert reward.masked and "/opt/missing/bin/python3" in reward.error, reward
+    assert "not the model's" in reward.error and reward.components["files_changed"] == 1
 
 
 NONCE = "n0nce"
