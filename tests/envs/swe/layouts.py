@@ -1,0 +1,437 @@
+"""SWE images in the public datasets' layouts, built offline for the tests, and the repositories in them.
+
+Every layout is ``cascade-swe-layout:bookworm`` (a Debian root made by mmdebstrap: ``python3``
+*without* pytest, ``python3-venv``, ``git``, ``patch``) plus:
+
+- a venv where the dataset keeps its interpreter, with packages installed from the wheels that
+  ``.ci/swe.sh`` downloads (``$CASCADE_SWE_WHEELS``, default ``build/swe-wheels``): the conda env
+  path ``/opt/miniconda3/envs/testbed`` (SWE-bench, SWE-Gym, SWE-smith) or ``/testbed/.venv``
+  (R2E-Gym, whose package is not installed there);
+- the repository at ``/testbed`` as a git checkout at its base commit (a ``.pth`` in the venv
+  pointing at it where the dataset installs the package in development mode);
+- files outside the repository (R2E-Gym's hidden tests in ``/r2e_tests``).
+
+An image carries a label hashing everything it was made of, so a test session keeps a present
+image, and builds a missing one in seconds (the venv layer is shared by the images of one venv).
+The repositories: ``calc`` (pytest; its bug in the base for SWE-bench and SWE-Gym rows, injected
+by the row for SWE-smith), ``shapes`` (R2E-Gym's hidden tests), Django 4.2.16's own source and
+tests from its sdist (the test tree pruned to ``utils_tests``), SymPy 1.13.3's own source (its
+tests pruned to ``sympy/utilities/tests``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cascade_envs.sandbox import images
+from tests import docker_support
+
+from .repos import unified
+
+WHEELS = Path(os.environ.get("CASCADE_SWE_WHEELS") or docker_support.ROOT / "build" / "swe-wheels")
+BASE = images.BaseImage("cascade-swe-layout:bookworm", ("python3", "python3-venv", "patch", "git"))
+CONDA = "/opt/miniconda3/envs/testbed"
+FORMAT = 1
+Tree = dict[str, bytes]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """An image: ``packages`` in a venv at ``venv``, ``tree`` at ``/testbed`` (a git checkout), ``extra`` at /."""
+
+    venv: str
+    packages: tuple[str, ...]
+    tree: Tree
+    extra: Tree = field(default_factory=dict)
+    editable: bool = False
+    """A ``.pth`` in the venv pointing at ``/testbed``, as ``pip install -e .`` leaves."""
+
+    def dockerfile(self) -> str:
+        site = f"{self.venv}/lib/python3.11/site-packages"
+        commit = "git -c user.name=cascade -c user.email=cascade@localhost commit -qm base"
+        return "\n".join(
+            [
+                f"FROM {BASE.name}",
+                "COPY wheels/ /tmp/wheels/",
+                f"RUN python3 -m venv {self.venv} && {self.venv}/bin/pip install -q --no-index "
+                f"--find-links /tmp/wheels {' '.join(self.packages)} && rm -rf /tmp/wheels",
+                "COPY tree/ /testbed/",
+                *(["COPY extra/ /"] if self.extra else []),
+                f"RUN cd /testbed && git init -q && git add -A && {commit}"
+                + (f" && echo /testbed > {site}/testbed.pth" if self.editable else ""),
+            ]
+        )
+
+    def key(self) -> str:
+        digest = hashlib.sha256(json.dumps([FORMAT, BASE.key, self.dockerfile(), sorted(wheels())]).encode())
+        for prefix, files in (("tree", self.tree), ("extra", self.extra)):
+            for path in sorted(files):
+                digest.update(f"\0{prefix}/{path}\0{len(files[path])}\0".encode() + files[path])
+        return digest.hexdigest()[:16]
+
+
+def wheels() -> list[str]:
+    return sorted(p.name for p in WHEELS.glob("*.whl"))
+
+
+@cache
+def unavailable() -> str | None:
+    """Why the layout images cannot be built here (no daemon, no wheels, no base), or ``None``."""
+    why = docker_support.daemon_reason()
+    if why is not None:
+        return why
+    if not wheels() or not sdist("Django-4.2.16").exists():
+        return f"the layout wheels are missing from {WHEELS}: .ci/swe.sh downloads them"
+    try:
+        images.build_base(BASE, docker_support.client(), cache_dir=docker_support.CACHE, log=_log)
+    except Exception as exc:
+        return f"image {BASE.name} could not be built: {exc}"
+    return None
+
+
+def require() -> None:
+    """Skip (or, in CI, fail) the calling test unless the layout images can be built."""
+    why = unavailable()
+    if why is not None:
+        message = f"the SWE layout tests need docker and the layout wheels: {why}"
+        if docker_support.REQUIRED:
+            pytest.fail(message + " (CASCADE_ENVS_REQUIRE_DOCKER=1)")
+        pytest.skip(message)
+
+
+def _log(message: str) -> None:
+    print(f"swe layout image {message}", flush=True)
+
+
+def build(layout: Layout, *names: str) -> str:
+    """Make sure image ``names[0]`` holds ``layout`` (built when missing or stale); tag it with the other names."""
+    require()
+    client, key = docker_support.client(), layout.key()
+    if not images.labelled(client, names[0], key):
+        start = time.monotonic()
+        context = io.BytesIO()
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            _add(tar, "Dockerfile", layout.dockerfile().encode() + b"\n")
+            for name in wheels():
+                _add(tar, f"wheels/{name}", (WHEELS / name).read_bytes())
+            for prefix, files in (("tree", layout.tree), ("extra", layout.extra)):
+                for path, data in files.items():
+                    _add(tar, f"{prefix}/{path}", data)
+            _add(tar, "extra/.keep", b"")
+        context.seek(0)
+        image, _ = client.images.build(
+            fileobj=context,
+            custom_context=True,
+            tag=names[0],
+            rm=True,
+            forcerm=True,
+            pull=False,
+            labels={images.KEY_LABEL: key},
+        )
+        _log(f"{names[0]}: built in {time.monotonic() - start:.1f} s")
+    image = client.images.get(names[0])
+    for name in names[1:]:
+        repository, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
+        image.tag(repository, tag)
+    return names[0]
+
+
+def _add(tar: tarfile.TarFile, path: str, data: bytes) -> None:
+    info = tarfile.TarInfo(path)
+    info.size, info.mode, info.mtime = len(data), 0o755 if path.startswith("tree/bin/") else 0o644, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def sdist(name: str) -> Path:
+    return WHEELS / f"{name}.tar.gz"
+
+
+# ----- calc: a pytest repository (SWE-bench, SWE-Gym, SWE-smith rows) ----------------------------------------
+
+CALC_OPS = '''def add(a, b):
+    return a + b
+
+
+def mean(values):
+    """The arithmetic mean of ``values``."""
+    return sum(values) / len(values)
+'''
+CALC_BUG = ("    return sum(values) / len(values)\n", "    return sum(values) / max(len(values) - 1, 1)\n")
+CALC_TESTS = """from calc.ops import add, mean
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_add_negative():
+    assert add(-2, -3) == -5
+
+
+def test_mean_of_one():
+    assert mean([4]) == 4
+"""
+CALC_NEW_TEST = "\n\ndef test_mean_of_many():\n    assert mean([1, 2, 3, 6]) == 3\n"
+
+
+def calc_tree(bug: bool, new_test: bool = False) -> Tree:
+    ops = CALC_OPS.replace(*CALC_BUG) if bug else CALC_OPS
+    tests = CALC_TESTS + (CALC_NEW_TEST if new_test else "")
+    return {
+        "calc/__init__.py": b'"""Arithmetic."""\n',
+        "calc/ops.py": ops.encode(),
+        "tests/test_ops.py": tests.encode(),
+        "README.md": b"# calc\n",
+    }
+
+
+def calc_image(bug: bool, *names: str) -> str:
+    """The calc repository in SWE-bench's layout (conda env ``testbed`` with pytest, installed editable)."""
+    return build(Layout(CONDA, ("pytest",), calc_tree(bug, new_test=not bug), editable=True), *names)
+
+
+def calc_fix() -> str:
+    return unified("calc/ops.py", CALC_OPS.replace(*CALC_BUG), CALC_OPS)
+
+
+def calc_regression() -> str:
+    """The fix plus a change that breaks ``add``: a PASS_TO_PASS test fails."""
+    return unified("calc/ops.py", CALC_OPS.replace(*CALC_BUG), CALC_OPS.replace("a + b", "a + b + 0.5"))
+
+
+# ----- shapes: R2E-Gym's layout (a venv beside the repository, hidden tests in /r2e_tests) -------------------
+
+SHAPES_GEO = """def area(w, h):
+    return w * h
+
+
+def perimeter(w, h):
+    return 2 * (w + h)
+"""
+SHAPES_BUG = ("    return w * h\n", "    return w + h\n")
+R2E_TESTS = """from shapes.geo import area, perimeter
+
+
+class TestArea:
+    def test_area(self):
+        assert area(2, 3) == 6
+
+    def test_square(self):
+        assert area(3, 3) == 9
+
+
+def test_perimeter():
+    assert perimeter(2, 3) == 10
+
+
+def test_perimeter_square():
+    assert perimeter(1, 1) == 4
+
+
+def test_known_bug():
+    assert perimeter(0, 0) == 1
+"""
+
+
+def shapes_image(name: str) -> str:
+    tree = {"shapes/__init__.py": b"", "shapes/geo.py": SHAPES_GEO.replace(*SHAPES_BUG).encode()}
+    extra = {"r2e_tests/test_1.py": R2E_TESTS.encode()}
+    return build(Layout("/testbed/.venv", ("pytest",), tree, extra), name)
+
+
+def r2e_row(image: str) -> dict[str, Any]:
+    """A row in R2E-Gym's own format (its fields, its keys, its logs)."""
+    before = (
+        "=========================== short test summary info ============================\n"
+        "FAILED r2e_tests/test_1.py::TestArea::test_area - assert 5 == 6\n"
+        "FAILED r2e_tests/test_1.py::TestArea::test_square - assert 6 == 9\n"
+        "PASSED r2e_tests/test_1.py::test_perimeter\nPASSED r2e_tests/test_1.py::test_perimeter_square\n"
+        "FAILED r2e_tests/test_1.py::test_known_bug - assert 0 == 1\n"
+    )
+    diff = {
+        "header": {"file": {"path": "shapes/geo.py"}},
+        "old_file_content": SHAPES_GEO.replace(*SHAPES_BUG),
+        "new_file_content": SHAPES_GEO,
+    }
+    return {
+        "repo_name": "shapes",
+        "commit_hash": image.rpartition(":")[2],
+        "docker_image": image,
+        "problem_statement": "area(2, 3) returns 5; the area of a 2 by 3 rectangle is 6.",
+        "parsed_commit_content": json.dumps({"file_diffs": [diff]}),
+        "execution_result_content": json.dumps(
+            {"old_commit_res_stdout": before, "new_commit_res_stdout": ""}
+        ),
+        "expected_output_json": json.dumps(
+            {
+                "TestArea.test_area": "PASSED",
+                "TestArea.test_square": "PASSED",
+                "test_perimeter": "PASSED",
+                "test_perimeter_square": "PASSED",
+                "test_known_bug": "FAILED",
+            }
+        ),
+        "modified_files": ["shapes/geo.py"],
+    }
+
+
+# ----- Django 4.2.16 (its own tests/runtests.py) --------------------------------------------------------------
+
+DJANGO = "Django-4.2.16"
+DJANGO_BUG = (
+    '    return re.sub(r"[-\\s]+", "-", value).strip("-_")\n',
+    '    return re.sub(r"[-\\s]+", "-", value).strip("-")\n',
+)
+DJANGO_TEST = '''
+    def test_slugify_strips_underscores(self):
+        """Underscores around a slug are stripped, as dashes are."""
+        self.assertEqual(text.slugify("__init__"), "init")
+        self.assertEqual(text.slugify("_-a b-_"), "a-b")
+'''
+DJANGO_ANCHOR = "    def test_unescape_string_literal(self):\n"
+
+
+@cache
+def django_files() -> Tree:
+    """Django's source and the tests the row needs (runtests.py, test_sqlite.py, urls.py, utils_tests), from its sdist."""
+    keep = ("django/", "tests/runtests.py", "tests/test_sqlite.py", "tests/urls.py", "tests/utils_tests/")
+    out: Tree = {}
+    with tarfile.open(sdist(DJANGO)) as tar:
+        for member in tar.getmembers():
+            path = member.name.split("/", 1)[1] if "/" in member.name else ""
+            if member.isfile() and path.startswith(keep):
+                handle = tar.extractfile(member)
+                assert handle is not None
+                out[path] = handle.read()
+    return out
+
+
+def django_image(name: str) -> str:
+    tree = dict(django_files())
+    text = tree["django/utils/text.py"].decode()
+    assert DJANGO_BUG[0] in text
+    tree["django/utils/text.py"] = text.replace(*DJANGO_BUG).encode()
+    return build(Layout(CONDA, ("asgiref", "sqlparse"), tree, editable=True), name)
+
+
+def django_row(image: str) -> dict[str, Any]:
+    """A SWE-bench row as SWE-bench has Django's: no test command, ids as Django's verbose log prints them."""
+    tests = django_files()["tests/utils_tests/test_text.py"].decode()
+    text = django_files()["django/utils/text.py"].decode()
+    cls = "utils_tests.test_text.TestUtilsText"
+    return {
+        "repo": "django/django",
+        "instance_id": "django__django-99001",
+        "base_commit": "0" * 40,
+        "version": "4.2",
+        "image": image,
+        "problem_statement": "slugify() keeps leading and trailing underscores: slugify('__init__') gives '__init__'.",
+        "patch": unified("django/utils/text.py", text.replace(*DJANGO_BUG), text),
+        "test_patch": unified(
+            "tests/utils_tests/test_text.py",
+            tests,
+            tests.replace(DJANGO_ANCHOR, DJANGO_TEST.lstrip("\n") + "\n" + DJANGO_ANCHOR),
+        ),
+        "FAIL_TO_PASS": json.dumps(
+            ["Underscores around a slug are stripped, as dashes are.", f"test_slugify ({cls}.test_slugify)"]
+        ),
+        "PASS_TO_PASS": json.dumps(
+            [
+                f"test_wrap ({cls}.test_wrap)",
+                f"test_normalize_newlines ({cls})",  # the pre-3.11 form: both are mapped
+                f"test_phone2numeric ({cls}.test_phone2numeric)",
+                f"test_get_valid_filename ({cls}.test_get_valid_filename)",
+            ]
+        ),
+    }
+
+
+def django_regression() -> str:
+    text = django_files()["django/utils/text.py"].decode()
+    return unified("django/utils/text.py", text.replace(*DJANGO_BUG), text.replace('"f": "3"', '"f": "4"'))
+
+
+# ----- SymPy 1.13.3 (bin/test's conventions) -------------------------------------------------------------------
+
+SYMPY = "sympy-1.13.3-py3-none-any.whl"
+SYMPY_BUG = ("    y = y % len(x)\n    return x[y:] + x[:y]\n", "    return x[y:] + x[:y]\n")
+SYMPY_TESTS = "sympy/utilities/tests/test_iterables.py"
+SYMPY_NEW = """
+
+def test_rotate_left_past_the_end():
+    assert rotate_left([0, 1, 2], 4) == [1, 2, 0]
+
+
+@XFAIL
+def test_rotate_known_to_fail():
+    assert rotate_left([0, 1], 1) == [0, 1]
+
+
+@slow
+def test_rotate_slow():
+    assert rotate_left(list(range(10**6)), 1)[0] == 1
+"""
+
+
+@cache
+def sympy_files() -> Tree:
+    """SymPy's source from its wheel, its tests pruned to ``sympy/utilities/tests``."""
+    out: Tree = {}
+    with zipfile.ZipFile(WHEELS / SYMPY) as wheel:
+        for name in wheel.namelist():
+            tests = "/tests/" in name and not name.startswith("sympy/utilities/tests/")
+            if name.startswith("sympy/") and not tests and not name.endswith("/"):
+                out[name] = wheel.read(name)
+    return out
+
+
+def _sympy_iterables() -> str:
+    return sympy_files()["sympy/utilities/iterables.py"].decode()
+
+
+def sympy_image(name: str) -> str:
+    tree = dict(sympy_files())
+    assert SYMPY_BUG[0] in _sympy_iterables()
+    tree["sympy/utilities/iterables.py"] = _sympy_iterables().replace(*SYMPY_BUG).encode()
+    return build(Layout(CONDA, ("mpmath",), tree, editable=True), name)
+
+
+def sympy_row(image: str) -> dict[str, Any]:
+    """A SWE-bench row as SWE-bench has SymPy's: no test command, bare test names."""
+    tests = sympy_files()[SYMPY_TESTS].decode()
+    imports = "from sympy.testing.pytest import raises, warns_deprecated_sympy\n"
+    after = tests.replace(
+        imports, "from sympy.testing.pytest import XFAIL, raises, slow, warns_deprecated_sympy\n"
+    )
+    return {
+        "repo": "sympy/sympy",
+        "instance_id": "sympy__sympy-99002",
+        "base_commit": "1" * 40,
+        "version": "1.13",
+        "image": image,
+        "problem_statement": "rotate_left([0, 1, 2], 4) gives [0, 1, 2]; it should wrap around: [1, 2, 0].",
+        "patch": unified(
+            "sympy/utilities/iterables.py", _sympy_iterables().replace(*SYMPY_BUG), _sympy_iterables()
+        ),
+        "test_patch": unified(SYMPY_TESTS, tests, after + SYMPY_NEW),
+        "FAIL_TO_PASS": json.dumps(["test_rotate_left_past_the_end"]),
+        "PASS_TO_PASS": json.dumps(["test_rotate", "test_flatten", "test_group", "test_sift"]),
+    }
+
+
+def sympy_regression() -> str:
+    text = _sympy_iterables()
+    broken = text.replace("def rotate_right(x, y):\n", "def rotate_right(x, y):\n    return list(x)\n", 1)
+    return unified("sympy/utilities/iterables.py", text.replace(*SYMPY_BUG), broken)
