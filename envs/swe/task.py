@@ -96,6 +96,7 @@ class SweTask:
     """The interpreter the row declares (absolute), or ``None``: the image's (``interpreter.py``)."""
     test_env: dict[str, str] = field(default_factory=dict)
     test_paths: tuple[str, ...] = ()
+    """``sys.path`` entries the tests need (``PYTHONPATH``), relative to the repository or absolute."""
     warnings: tuple[str, ...] = ()
     runner_options: tuple[str, ...] = ()
     id_format: str = "native"
@@ -211,7 +212,7 @@ def read_task(row: dict[str, Any], *, image_template: str | None = None) -> SweT
         targets=targets,
         python=_python(row, command, workdir),
         test_env=dict(command.env),
-        test_paths=tuple(posixpath.join(workdir, p) for p in command.paths),
+        test_paths=command.paths,
         warnings=command.warnings,
         runner_options=command.options,
         id_format=id_format,

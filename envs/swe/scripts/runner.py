@@ -386,7 +386,8 @@ def _declared(request, root):
     import warnings
 
     os.environ.update(request.get("env") or {})
-    extra = [p for p in request.get("paths") or () if p not in sys.path]
+    extra = [os.path.join(root, p) for p in request.get("paths") or ()]  # relative to the repository
+    extra = [p for p in extra if p not in sys.path]
     at = sys.path.index(root) if root in sys.path else len(sys.path)
     sys.path[at:at] = extra
     for spec in request.get("warnings") or ():

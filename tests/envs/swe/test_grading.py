@@ -15,7 +15,7 @@ from cascade_envs.sandbox import SandboxError
 from tests.sandbox.conftest import backend_or_skip
 
 from .conftest import LIMITS, row
-from .repos import make_row
+from .repos import make_row, unified
 
 
 def needs_pytest() -> None:
@@ -196,3 +196,45 @@ def test_a_fix_that_turns_a_module_into_a_package_scores_1(tally):
     )
     reward = asyncio.run(graded(read_task(tally), refactor))
     assert reward.value == 1.0 and reward.components["files_changed"] == 3, reward
+
+
+DISTANCE = {
+    "_vendor/unitconv.py": 'FACTORS = {"km": 1000, "m": 1, "cm": 0.01}\n',
+    "distance/__init__.py": "from unitconv import FACTORS\n\n\ndef to_meters(value, unit):\n    return value / FACTORS[unit]\n",
+    "tests/test_distance.py": "from distance import to_meters\n\n\ndef test_meters():\n    assert to_meters(3, 'm') == 3\n",
+}
+DISTANCE_TEST = "\n\ndef test_kilometers():\n    assert to_meters(2, 'km') == 2000\n"
+
+
+def test_a_row_whose_test_command_sets_pythonpath_is_graded_with_it(tmp_path):
+    """``PYTHONPATH=_vendor python3 -m pytest ...``: the runner (``python -I``) puts ``_vendor`` on sys.path itself."""
+    needs_pytest()
+    for path, text in DISTANCE.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    code = DISTANCE["distance/__init__.py"]
+    task = read_task(
+        {
+            "instance_id": "acme__distance-1",
+            "problem_statement": "to_meters(2, 'km') gives 0.002.",
+            "repo_snapshot": str(tmp_path),
+            "test_cmd": "PYTHONPATH=_vendor python3 -m pytest -rA tests/test_distance.py",
+            "test_patch": unified(
+                "tests/test_distance.py",
+                DISTANCE["tests/test_distance.py"],
+                DISTANCE["tests/test_distance.py"] + DISTANCE_TEST,
+            ),
+            "patch": unified(
+                "distance/__init__.py", code, code.replace("value / FACTORS", "value * FACTORS")
+            ),
+            "FAIL_TO_PASS": ["tests/test_distance.py::test_kilometers"],
+            "PASS_TO_PASS": ["tests/test_distance.py::test_meters"],
+        }
+    )
+    assert task.test_paths == ("_vendor",) and task.targets == ("tests/test_distance.py",)
+    fixed = asyncio.run(graded(task, gold(task.patch)))
+    assert fixed.value == 1.0, fixed
+    unfixed = asyncio.run(graded(task, "echo x > NOTES.md"))
+    assert unfixed.value == 0.0 and not unfixed.masked and "1/1 FAIL_TO_PASS still fail" in unfixed.reason, (
+        unfixed
+    )
