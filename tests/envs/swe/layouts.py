@@ -211,6 +211,52 @@ def calc_regression() -> str:
     return unified("calc/ops.py", CALC_OPS.replace(*CALC_BUG), CALC_OPS.replace("a + b", "a + b + 0.5"))
 
 
+SMITH_IMAGE = "jyangballin/swesmith.x86_64.acme_1776_calc.1a2b3c4d"
+
+
+def calc_row(instance: str) -> dict[str, Any]:
+    """A row in SWE-bench's format (SWE-Gym's is the same): no image, no test command."""
+    return {
+        "repo": "acme/calc",
+        "instance_id": instance,
+        "base_commit": "c0ffee" * 6 + "c0ff",
+        "version": "0.1",
+        "environment_setup_commit": "c0ffee" * 6 + "c0ff",
+        "hints_text": "",
+        "created_at": "2024-01-01T00:00:00Z",
+        "problem_statement": "mean([1, 2, 3, 6]) returns 4.0; the mean is 3.",
+        "patch": calc_fix(),
+        "test_patch": unified("tests/test_ops.py", CALC_TESTS, CALC_TESTS + CALC_NEW_TEST),
+        "FAIL_TO_PASS": json.dumps(["tests/test_ops.py::test_mean_of_many"]),
+        "PASS_TO_PASS": json.dumps(
+            [
+                "tests/test_ops.py::test_add",
+                "tests/test_ops.py::test_add_negative",
+                "tests/test_ops.py::test_mean_of_one",
+            ]
+        ),
+    }
+
+
+def smith_row() -> dict[str, Any]:
+    """A row in SWE-smith's format: ``patch`` is the bug, the image is the repository's snapshot."""
+    clean = CALC_OPS
+    return {
+        "instance_id": "acme__calc.1a2b3c4d.func_pm_op_change__k3j2m1",
+        "repo": "swesmith/acme__calc.1a2b3c4d",
+        "patch": unified("calc/ops.py", clean, clean.replace(*CALC_BUG)),
+        "FAIL_TO_PASS": ["tests/test_ops.py::test_mean_of_many"],
+        "PASS_TO_PASS": [
+            "tests/test_ops.py::test_add",
+            "tests/test_ops.py::test_add_negative",
+            "tests/test_ops.py::test_mean_of_one",
+        ],
+        "created_at": "2025-04-01T00:00:00",
+        "image_name": SMITH_IMAGE,
+        "problem_statement": "mean([1, 2, 3, 6]) returns 4.0; the mean is 3.",
+    }
+
+
 # ----- shapes: R2E-Gym's layout (a venv beside the repository, hidden tests in /r2e_tests) -------------------
 
 SHAPES_GEO = """def area(w, h):

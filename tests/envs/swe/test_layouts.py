@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import time
 
 import pytest
@@ -38,58 +37,13 @@ from .conftest import call
 
 CALC_IMAGE = "swebench/sweb.eval.x86_64.acme_1776_calc-7:latest"
 GYM_IMAGE = "xingyaoww/sweb.eval.x86_64.acme_s_calc-8:latest"
-SMITH_IMAGE = "jyangballin/swesmith.x86_64.acme_1776_calc.1a2b3c4d"
+SMITH_IMAGE = layouts.SMITH_IMAGE
 
 
 @pytest.fixture(scope="module")
 def docker():
     layouts.require()
     return backend_or_skip("docker", **LIMITS)
-
-
-def calc_row(instance: str) -> dict:
-    """A row in SWE-bench's format (SWE-Gym's is the same): no image, no test command."""
-    return {
-        "repo": "acme/calc",
-        "instance_id": instance,
-        "base_commit": "c0ffee" * 6 + "c0ff",
-        "version": "0.1",
-        "environment_setup_commit": "c0ffee" * 6 + "c0ff",
-        "hints_text": "",
-        "created_at": "2024-01-01T00:00:00Z",
-        "problem_statement": "mean([1, 2, 3, 6]) returns 4.0; the mean is 3.",
-        "patch": layouts.calc_fix(),
-        "test_patch": unified(
-            "tests/test_ops.py", layouts.CALC_TESTS, layouts.CALC_TESTS + layouts.CALC_NEW_TEST
-        ),
-        "FAIL_TO_PASS": json.dumps(["tests/test_ops.py::test_mean_of_many"]),
-        "PASS_TO_PASS": json.dumps(
-            [
-                "tests/test_ops.py::test_add",
-                "tests/test_ops.py::test_add_negative",
-                "tests/test_ops.py::test_mean_of_one",
-            ]
-        ),
-    }
-
-
-def smith_row() -> dict:
-    """A row in SWE-smith's format: ``patch`` is the bug, the image is the repository's snapshot."""
-    clean = layouts.CALC_OPS
-    return {
-        "instance_id": "acme__calc.1a2b3c4d.func_pm_op_change__k3j2m1",
-        "repo": "swesmith/acme__calc.1a2b3c4d",
-        "patch": unified("calc/ops.py", clean, clean.replace(*layouts.CALC_BUG)),
-        "FAIL_TO_PASS": ["tests/test_ops.py::test_mean_of_many"],
-        "PASS_TO_PASS": [
-            "tests/test_ops.py::test_add",
-            "tests/test_ops.py::test_add_negative",
-            "tests/test_ops.py::test_mean_of_one",
-        ],
-        "created_at": "2025-04-01T00:00:00",
-        "image_name": SMITH_IMAGE,
-        "problem_statement": "mean([1, 2, 3, 6]) returns 4.0; the mean is 3.",
-    }
 
 
 def check(task, fix: str, regression: str, sandbox, timeout_s: float = 120) -> None:
@@ -110,21 +64,21 @@ def check(task, fix: str, regression: str, sandbox, timeout_s: float = 120) -> N
 
 def test_a_swe_bench_row_in_a_swe_bench_image(docker):
     layouts.calc_image(True, CALC_IMAGE, GYM_IMAGE)
-    task = read_task(calc_row("acme__calc-7"))
+    task = read_task(layouts.calc_row("acme__calc-7"))
     assert task.image == CALC_IMAGE and task.python is None  # found in the image: the conda env testbed
     check(task, layouts.calc_fix(), layouts.calc_regression(), docker)
 
 
 def test_a_swe_gym_row_in_its_published_image_name(docker):
     layouts.calc_image(True, CALC_IMAGE, GYM_IMAGE)
-    task = read_task(calc_row("acme__calc-8"), image_template="swe-gym")
+    task = read_task(layouts.calc_row("acme__calc-8"), image_template="swe-gym")
     assert task.image == GYM_IMAGE
     check(task, layouts.calc_fix(), layouts.calc_regression(), docker)
 
 
 def test_a_swe_smith_row_on_its_repository_snapshot(docker):
     layouts.calc_image(False, SMITH_IMAGE)
-    task = read_task(smith_row())
+    task = read_task(layouts.smith_row())
     assert task.image == SMITH_IMAGE and task.hidden_tests == ("tests/test_ops.py",)
 
     async def agent_view():
@@ -170,7 +124,7 @@ def test_a_sympy_row_by_bin_test_s_conventions(docker):
 
 def test_an_image_without_the_test_framework_masks_and_the_agent_cannot_supply_one(docker):
     image = layouts.django_image("swebench/sweb.eval.x86_64.django_1776_django-99001:latest")
-    task = read_task({**calc_row("acme__calc-9"), "image": image, "test_patch": ""})  # a pytest row
+    task = read_task({**layouts.calc_row("acme__calc-9"), "image": image, "test_patch": ""})  # a pytest row
     fake = ".venv/bin/python"  # a python that says yes to any probe, made by the agent in its workspace
     agent = f"mkdir -p .venv/bin && printf '#!/bin/sh\\nexit 0\\n' > {fake} && chmod +x {fake}; echo x >> README.md"
     reward = asyncio.run(graded(task, agent, 60, docker))
@@ -189,7 +143,7 @@ def test_an_image_without_the_test_framework_masks_and_the_agent_cannot_supply_o
 
 def test_episodes_through_the_env_find_the_image_s_interpreter_once(docker):
     layouts.calc_image(True, CALC_IMAGE, GYM_IMAGE)
-    row = calc_row("acme__calc-7")
+    row = layouts.calc_row("acme__calc-7")
     fix = call("terminal", command=f"patch -p1 <<'EOF'\n{row['patch']}EOF")
     env = SweEnv(sandbox=docker, command_timeout_s=20, test_timeout_s=120)
     try:
