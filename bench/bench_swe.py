@@ -62,8 +62,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CONDA_PATH = "/opt/miniconda3/envs/testbed/bin:/usr/local/bin:/usr/bin:/bin"
 SYMPY_TEST = (
     "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' SYMPY_USE_CACHE=no python -c "
-    "\"import sys, sympy; sys.exit(not sympy.test('sympy/utilities/tests/test_iterables.py', verbose=True))\""
+    '"import sys; from sympy.testing.runtests import test; '
+    "sys.exit(not test('sympy/utilities/tests/test_iterables.py', verbose=True))\""
 )
+"""SymPy's own runner, as ``bin/test -C --verbose <file>`` runs it (``sympy.test`` needs pytest from 1.13 on)."""
 
 COMMANDS = (
     "ls -la",
@@ -227,10 +229,8 @@ def layout_rows() -> list[tuple[str, dict[str, Any], str, str]]:
     sys.path.insert(0, str(ROOT))
     from tests.envs.swe import layouts
 
-    layouts.calc_image(True, "swebench/sweb.eval.x86_64.acme_1776_calc-7:latest")
-    shapes = layouts.shapes_image("namanjain12/shapes_final:0f1e2d3c4b5a69788796")
-    django = layouts.django_image("swebench/sweb.eval.x86_64.django_1776_django-99001:latest")
-    sympy = layouts.sympy_image("swebench/sweb.eval.x86_64.sympy_1776_sympy-99002:latest")
+    layouts.calc_image(True)
+    shapes, django, sympy = layouts.shapes_image(), layouts.django_image(), layouts.sympy_image()
     venv = "/testbed/.venv/bin:/usr/local/bin:/usr/bin:/bin"
     return [
         (
@@ -284,10 +284,10 @@ async def graded_gold(sandbox: Sandbox, task: SweTask, interpreters: Interpreter
 def image_layouts(repeats: int) -> None:
     """Ours vs SWE-bench's harness command per layout row, alternating, medians (see the module docstring)."""
     sandbox = get_sandbox("docker", timeout_s=120, memory_mb=2048, nproc=256)
-    loop = asyncio.new_event_loop()
+    loop, rows = asyncio.new_event_loop(), layout_rows()
     print(f"grading the gold fix in the datasets' image layouts (docker), medians of {repeats}, in s")
     print(f"{'row':<32}{'SWE-bench harness':>18}{'ours':>10}{'ratio':>8}  exit / reward")
-    for label, row, command, path in layout_rows():
+    for label, row, command, path in rows:
         task, interpreters = read_task(row), Interpreters()
         loop.run_until_complete(
             graded_gold(sandbox, task, interpreters)

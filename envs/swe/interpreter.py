@@ -21,7 +21,8 @@ agent's first command, or the clean room before the change is written. So a ``.v
 ``python3``) the agent makes never becomes the grader's interpreter. The choice is cached per
 image (the docker image, or the row's repository elsewhere) and settings for the env's run; when no
 candidate has the framework, ``NoInterpreter`` says which were tried and why: a task or image
-fault the model cannot cause, so its episodes are masked.
+fault the model cannot cause, so its episodes are masked. A probe that did not finish (a timeout,
+a lost sandbox) is no answer: that episode is masked and the next one probes again.
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ async def probe(session: Session, task: SweTask, tried: tuple[str, ...]) -> Inte
             timeout_s=PROBE_TIMEOUT_S,
             env={"PATH": SYSTEM_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"},
         )
-        if session.lost:
-            raise SandboxError(f"the workspace was lost while its interpreter was probed: {done.describe()}")
+        if session.lost or done.killed_by is not None:  # no answer: masked now, probed again later
+            raise SandboxError(f"probing the interpreter {path} did not finish: {done.describe()}")
         if done.ok:
             return Interpreter(path)
         tail = (done.stderr.decode(errors="replace").strip().splitlines() or [done.describe()])[-1]

@@ -45,6 +45,13 @@ BASE = images.BaseImage("cascade-swe-layout:bookworm", ("python3", "python3-venv
 CONDA = "/opt/miniconda3/envs/testbed"
 FORMAT = 1
 Tree = dict[str, bytes]
+CALC_IMAGE = "swebench/sweb.eval.x86_64.acme_1776_calc-7:latest"
+"""SWE-bench's name for the image of row ``acme__calc-7``; the others are SWE-Gym's, SWE-smith's, R2E-Gym's."""
+GYM_IMAGE = "xingyaoww/sweb.eval.x86_64.acme_s_calc-8:latest"
+SMITH_IMAGE = "jyangballin/swesmith.x86_64.acme_1776_calc.1a2b3c4d"
+SHAPES_IMAGE = "namanjain12/shapes_final:0f1e2d3c4b5a69788796"
+DJANGO_IMAGE = "swebench/sweb.eval.x86_64.django_1776_django-99001:latest"
+SYMPY_IMAGE = "swebench/sweb.eval.x86_64.sympy_1776_sympy-99002:latest"
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,24 @@ def build(layout: Layout, *names: str) -> str:
     return names[0]
 
 
+def prepare() -> None:
+    """Build every layout image the tests and ``bench_swe.py --images`` use (``.ci/swe.sh``, before the tests)."""
+    why = unavailable()
+    if why is not None:
+        _log(f"images not prepared: {why}")
+        return
+    start = time.monotonic()
+    for make in (
+        lambda: calc_image(True),
+        lambda: calc_image(False),
+        shapes_image,
+        django_image,
+        sympy_image,
+    ):
+        make()
+    print(f"swe layout images ready in {time.monotonic() - start:.1f} s", flush=True)
+
+
 def _add(tar: tarfile.TarFile, path: str, data: bytes) -> None:
     info = tarfile.TarInfo(path)
     info.size, info.mode, info.mtime = len(data), 0o755 if path.startswith("tree/bin/") else 0o644, 0
@@ -197,8 +222,10 @@ def calc_tree(bug: bool, new_test: bool = False) -> Tree:
     }
 
 
-def calc_image(bug: bool, *names: str) -> str:
-    """The calc repository in SWE-bench's layout (conda env ``testbed`` with pytest, installed editable)."""
+def calc_image(bug: bool) -> str:
+    """The calc repository in SWE-bench's layout (conda env ``testbed`` with pytest, installed editable): with its
+    bug, under SWE-bench's and SWE-Gym's names for two of its rows; clean, under SWE-smith's name of its snapshot."""
+    names = (CALC_IMAGE, GYM_IMAGE) if bug else (SMITH_IMAGE,)
     return build(Layout(CONDA, ("pytest",), calc_tree(bug, new_test=not bug), editable=True), *names)
 
 
@@ -209,9 +236,6 @@ def calc_fix() -> str:
 def calc_regression() -> str:
     """The fix plus a change that breaks ``add``: a PASS_TO_PASS test fails."""
     return unified("calc/ops.py", CALC_OPS.replace(*CALC_BUG), CALC_OPS.replace("a + b", "a + b + 0.5"))
-
-
-SMITH_IMAGE = "jyangballin/swesmith.x86_64.acme_1776_calc.1a2b3c4d"
 
 
 def calc_row(instance: str) -> dict[str, Any]:
@@ -291,10 +315,10 @@ def test_known_bug():
 """
 
 
-def shapes_image(name: str) -> str:
+def shapes_image() -> str:
     tree = {"shapes/__init__.py": b"", "shapes/geo.py": SHAPES_GEO.replace(*SHAPES_BUG).encode()}
     extra = {"r2e_tests/test_1.py": R2E_TESTS.encode()}
-    return build(Layout("/testbed/.venv", ("pytest",), tree, extra), name)
+    return build(Layout("/testbed/.venv", ("pytest",), tree, extra), SHAPES_IMAGE)
 
 
 def r2e_row(image: str) -> dict[str, Any]:
@@ -364,12 +388,12 @@ def django_files() -> Tree:
     return out
 
 
-def django_image(name: str) -> str:
+def django_image() -> str:
     tree = dict(django_files())
     text = tree["django/utils/text.py"].decode()
     assert DJANGO_BUG[0] in text
     tree["django/utils/text.py"] = text.replace(*DJANGO_BUG).encode()
-    return build(Layout(CONDA, ("asgiref", "sqlparse"), tree, editable=True), name)
+    return build(Layout(CONDA, ("asgiref", "sqlparse"), tree, editable=True), DJANGO_IMAGE)
 
 
 def django_row(image: str) -> dict[str, Any]:
@@ -447,11 +471,11 @@ def _sympy_iterables() -> str:
     return sympy_files()["sympy/utilities/iterables.py"].decode()
 
 
-def sympy_image(name: str) -> str:
+def sympy_image() -> str:
     tree = dict(sympy_files())
     assert SYMPY_BUG[0] in _sympy_iterables()
     tree["sympy/utilities/iterables.py"] = _sympy_iterables().replace(*SYMPY_BUG).encode()
-    return build(Layout(CONDA, ("mpmath",), tree, editable=True), name)
+    return build(Layout(CONDA, ("mpmath",), tree, editable=True), SYMPY_IMAGE)
 
 
 def sympy_row(image: str) -> dict[str, Any]:

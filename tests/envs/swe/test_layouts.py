@@ -35,9 +35,7 @@ from tests.envs.swe.test_swe_env import FINISH, play
 
 from .conftest import call
 
-CALC_IMAGE = "swebench/sweb.eval.x86_64.acme_1776_calc-7:latest"
-GYM_IMAGE = "xingyaoww/sweb.eval.x86_64.acme_s_calc-8:latest"
-SMITH_IMAGE = layouts.SMITH_IMAGE
+CALC_IMAGE, GYM_IMAGE, SMITH_IMAGE = layouts.CALC_IMAGE, layouts.GYM_IMAGE, layouts.SMITH_IMAGE
 
 
 @pytest.fixture(scope="module")
@@ -63,21 +61,21 @@ def check(task, fix: str, regression: str, sandbox, timeout_s: float = 120) -> N
 
 
 def test_a_swe_bench_row_in_a_swe_bench_image(docker):
-    layouts.calc_image(True, CALC_IMAGE, GYM_IMAGE)
+    layouts.calc_image(True)
     task = read_task(layouts.calc_row("acme__calc-7"))
     assert task.image == CALC_IMAGE and task.python is None  # found in the image: the conda env testbed
     check(task, layouts.calc_fix(), layouts.calc_regression(), docker)
 
 
 def test_a_swe_gym_row_in_its_published_image_name(docker):
-    layouts.calc_image(True, CALC_IMAGE, GYM_IMAGE)
+    layouts.calc_image(True)
     task = read_task(layouts.calc_row("acme__calc-8"), image_template="swe-gym")
     assert task.image == GYM_IMAGE
     check(task, layouts.calc_fix(), layouts.calc_regression(), docker)
 
 
 def test_a_swe_smith_row_on_its_repository_snapshot(docker):
-    layouts.calc_image(False, SMITH_IMAGE)
+    layouts.calc_image(False)
     task = read_task(layouts.smith_row())
     assert task.image == SMITH_IMAGE and task.hidden_tests == ("tests/test_ops.py",)
 
@@ -92,7 +90,7 @@ def test_a_swe_smith_row_on_its_repository_snapshot(docker):
 
 
 def test_an_r2e_gym_row_with_its_hidden_tests_and_venv(docker):
-    image = layouts.shapes_image("namanjain12/shapes_final:0f1e2d3c4b5a69788796")
+    image = layouts.shapes_image()
     task = read_task(layouts.r2e_row(image))
     assert task.python == "/testbed/.venv/bin/python" and task.fail_to_pass == (
         "TestArea.test_area",
@@ -109,21 +107,21 @@ def test_an_r2e_gym_row_with_its_hidden_tests_and_venv(docker):
 
 
 def test_a_django_row_runs_django_s_own_runtests(docker):
-    image = layouts.django_image("swebench/sweb.eval.x86_64.django_1776_django-99001:latest")
+    image = layouts.django_image()
     task = read_task(layouts.django_row(image))
     assert task.framework == "django" and task.targets == ("utils_tests.test_text",)
     check(task, task.patch, layouts.django_regression(), docker, timeout_s=240)
 
 
 def test_a_sympy_row_by_bin_test_s_conventions(docker):
-    image = layouts.sympy_image("swebench/sweb.eval.x86_64.sympy_1776_sympy-99002:latest")
+    image = layouts.sympy_image()
     task = read_task(layouts.sympy_row(image))
     assert task.framework == "sympy" and task.test_env == {"SYMPY_USE_CACHE": "no"}
     check(task, task.patch, layouts.sympy_regression(), docker, timeout_s=240)
 
 
 def test_an_image_without_the_test_framework_masks_and_the_agent_cannot_supply_one(docker):
-    image = layouts.django_image("swebench/sweb.eval.x86_64.django_1776_django-99001:latest")
+    image = layouts.django_image()
     task = read_task({**layouts.calc_row("acme__calc-9"), "image": image, "test_patch": ""})  # a pytest row
     fake = ".venv/bin/python"  # a python that says yes to any probe, made by the agent in its workspace
     agent = f"mkdir -p .venv/bin && printf '#!/bin/sh\\nexit 0\\n' > {fake} && chmod +x {fake}; echo x >> README.md"
@@ -142,7 +140,7 @@ def test_an_image_without_the_test_framework_masks_and_the_agent_cannot_supply_o
 
 
 def test_episodes_through_the_env_find_the_image_s_interpreter_once(docker):
-    layouts.calc_image(True, CALC_IMAGE, GYM_IMAGE)
+    layouts.calc_image(True)
     row = layouts.calc_row("acme__calc-7")
     fix = call("terminal", command=f"patch -p1 <<'EOF'\n{row['patch']}EOF")
     env = SweEnv(sandbox=docker, command_timeout_s=20, test_timeout_s=120)
