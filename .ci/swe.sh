@@ -6,7 +6,7 @@
 # (episodes end to end in bwrap and local workspaces and in docker containers, the grader's attack suite on
 # bwrap and docker, SWE episodes on a Ray actor) and the sandbox's workspace tests; a missing SDK or
 # interpreter fails this script, it never skips. It also downloads (pinned) the wheels and the Django sdist that
-# the SWE image layouts are built from (tests/envs/swe/layouts.py: SWE-bench, SWE-Gym, SWE-smith, R2E-Gym rows
+# the SWE image layouts are built from (tests/envs/swe/layouts.py, layout_rows.py: SWE-bench, SWE-Gym, SWE-smith, R2E-Gym rows
 # in their own images). The docker tests need a daemon (.ci/run starts one; with
 # CASCADE_ENVS_REQUIRE_DOCKER=1 they fail rather than skip without it). The pytest rows run on the
 # sandbox's python3 (/usr/bin/python3): python3-pytest is installed from apt if missing.
@@ -71,7 +71,7 @@ fi
 cd "$ROOT"
 # The SWE image layouts (a Debian root by mmdebstrap the first time, then an image per layout, seconds each; kept
 # by the daemon and rebuilt only when what they hold changes), built before the tests so their time shows here.
-"$PY" -c "from tests.envs.swe.layouts import prepare; prepare()"
+"$PY" -c "from tests.envs.swe.layout_rows import prepare; prepare()"
 
 t1=$SECONDS
 set +e

@@ -23,7 +23,7 @@ offline, from ``cascade-swe-base:bookworm``: ``cascade-envs build-image swe-base
 grading a second one. A backend that cannot run here is listed as skipped, saying why.
 
 ``--images``: instead, the grading overhead in the public datasets' image layouts (the tests'
-offline images, ``tests/envs/swe/layouts.py``: a SWE-bench pytest row, a Django row on its own
+offline images, ``tests/envs/swe/layouts.py`` and ``layout_rows.py``: a SWE-bench pytest row, a Django row on its own
 ``runtests.py``, a SymPy row, an R2E-Gym row), each against SWE-bench's own harness command for
 the same row (its eval script's test line, with the image's environment activated), timed the
 same way: from a fresh container of the image to the command's end, the gold patch and the test
@@ -224,31 +224,31 @@ def main() -> None:
         print(f"{name:<26}{cells}")
 
 
-def layout_rows() -> list[tuple[str, dict[str, Any], str, str]]:
+def image_rows() -> list[tuple[str, dict[str, Any], str, str]]:
     """``(label, row, SWE-bench's command for it, its PATH)`` of each image layout, the images built when missing."""
     sys.path.insert(0, str(ROOT))
-    from tests.envs.swe import layouts
+    from tests.envs.swe import layout_rows
 
-    layouts.calc_image(True)
-    shapes, django, sympy = layouts.shapes_image(), layouts.django_image(), layouts.sympy_image()
+    layout_rows.calc_image(True)
+    shapes, django, sympy = layout_rows.shapes_image(), layout_rows.django_image(), layout_rows.sympy_image()
     venv = "/testbed/.venv/bin:/usr/local/bin:/usr/bin:/bin"
     return [
         (
             "SWE-bench pytest row",
-            layouts.calc_row("acme__calc-7"),
+            layout_rows.calc_row("acme__calc-7"),
             "pytest -rA tests/test_ops.py",
             CONDA_PATH,
         ),
         (
             "Django row (runtests.py)",
-            layouts.django_row(django),
+            layout_rows.django_row(django),
             "python tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 utils_tests.test_text",
             CONDA_PATH,
         ),
-        ("SymPy row (bin/test's runner)", layouts.sympy_row(sympy), SYMPY_TEST, CONDA_PATH),
+        ("SymPy row (bin/test's runner)", layout_rows.sympy_row(sympy), SYMPY_TEST, CONDA_PATH),
         (
             "R2E-Gym row (hidden tests)",
-            layouts.r2e_row(shapes),
+            layout_rows.r2e_row(shapes),
             "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' python -W ignore -m pytest -rA r2e_tests",
             venv,
         ),
@@ -284,7 +284,7 @@ async def graded_gold(sandbox: Sandbox, task: SweTask, interpreters: Interpreter
 def image_layouts(repeats: int) -> None:
     """Ours vs SWE-bench's harness command per layout row, alternating, medians (see the module docstring)."""
     sandbox = get_sandbox("docker", timeout_s=120, memory_mb=2048, nproc=256)
-    loop, rows = asyncio.new_event_loop(), layout_rows()
+    loop, rows = asyncio.new_event_loop(), image_rows()
     print(f"grading the gold fix in the datasets' image layouts (docker), medians of {repeats}, in s")
     print(f"{'row':<32}{'SWE-bench harness':>18}{'ours':>10}{'ratio':>8}  exit / reward")
     for label, row, command, path in rows:

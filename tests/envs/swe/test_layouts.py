@@ -1,5 +1,5 @@
 """Rows of SWE-bench, SWE-Gym, SWE-smith and R2E-Gym in their own formats, graded on docker in images of their
-datasets' layouts (``layouts.py``: the tests' interpreter in a venv of its own, never the system ``python3``):
+datasets' layouts (``layouts.py``, ``layout_rows.py``: the tests' interpreter in a venv of its own, never the system ``python3``):
 the gold patch scores 1, no change and a regression 0, none masked; Django's rows through its own
 ``tests/runtests.py`` (Django 4.2.16's source and tests), SymPy's by its ``bin/test`` conventions (SymPy 1.13.3);
 an image without an interpreter for the tests masks, and the agent cannot supply one. Run by ``.ci/swe.sh``, which
@@ -19,8 +19,9 @@ from cascade_envs.envs.swe.interpreter import Interpreters
 from cascade_envs.envs.swe.task import read_task
 from tests.sandbox.conftest import backend_or_skip
 
-from . import layouts
+from . import layout_rows
 from .conftest import LIMITS
+from .layouts import require
 from .repos import unified
 from .test_grading import gold, graded
 
@@ -35,12 +36,12 @@ from tests.envs.swe.test_swe_env import FINISH, play
 
 from .conftest import call
 
-CALC_IMAGE, GYM_IMAGE, SMITH_IMAGE = layouts.CALC_IMAGE, layouts.GYM_IMAGE, layouts.SMITH_IMAGE
+CALC_IMAGE, GYM_IMAGE, SMITH_IMAGE = layout_rows.CALC_IMAGE, layout_rows.GYM_IMAGE, layout_rows.SMITH_IMAGE
 
 
 @pytest.fixture(scope="module")
 def docker():
-    layouts.require()
+    require()
     return backend_or_skip("docker", **LIMITS)
 
 
@@ -61,22 +62,22 @@ def check(task, fix: str, regression: str, sandbox, timeout_s: float = 120) -> N
 
 
 def test_a_swe_bench_row_in_a_swe_bench_image(docker):
-    layouts.calc_image(True)
-    task = read_task(layouts.calc_row("acme__calc-7"))
+    layout_rows.calc_image(True)
+    task = read_task(layout_rows.calc_row("acme__calc-7"))
     assert task.image == CALC_IMAGE and task.python is None  # found in the image: the conda env testbed
-    check(task, layouts.calc_fix(), layouts.calc_regression(), docker)
+    check(task, layout_rows.calc_fix(), layout_rows.calc_regression(), docker)
 
 
 def test_a_swe_gym_row_in_its_published_image_name(docker):
-    layouts.calc_image(True)
-    task = read_task(layouts.calc_row("acme__calc-8"), image_template="swe-gym")
+    layout_rows.calc_image(True)
+    task = read_task(layout_rows.calc_row("acme__calc-8"), image_template="swe-gym")
     assert task.image == GYM_IMAGE
-    check(task, layouts.calc_fix(), layouts.calc_regression(), docker)
+    check(task, layout_rows.calc_fix(), layout_rows.calc_regression(), docker)
 
 
 def test_a_swe_smith_row_on_its_repository_snapshot(docker):
-    layouts.calc_image(False)
-    task = read_task(layouts.smith_row())
+    layout_rows.calc_image(False)
+    task = read_task(layout_rows.smith_row())
     assert task.image == SMITH_IMAGE and task.hidden_tests == ("tests/test_ops.py",)
 
     async def agent_view():
@@ -86,12 +87,12 @@ def test_a_swe_smith_row_on_its_repository_snapshot(docker):
 
     seen = asyncio.run(agent_view())  # the bug is in, the failing tests are not (as on the instance's branch)
     assert seen.text.split() == ["1"], seen
-    check(task, task.patch, layouts.calc_regression(), docker)
+    check(task, task.patch, layout_rows.calc_regression(), docker)
 
 
 def test_an_r2e_gym_row_with_its_hidden_tests_and_venv(docker):
-    image = layouts.shapes_image()
-    task = read_task(layouts.r2e_row(image))
+    image = layout_rows.shapes_image()
+    task = read_task(layout_rows.r2e_row(image))
     assert task.python == "/testbed/.venv/bin/python" and task.fail_to_pass == (
         "TestArea.test_area",
         "TestArea.test_square",
@@ -99,30 +100,32 @@ def test_an_r2e_gym_row_with_its_hidden_tests_and_venv(docker):
     regression = unified(
         "shapes/geo.py",
         *(
-            layouts.SHAPES_GEO.replace(*layouts.SHAPES_BUG),
-            layouts.SHAPES_GEO.replace("2 * (w + h)", "2 * w + h"),
+            layout_rows.SHAPES_GEO.replace(*layout_rows.SHAPES_BUG),
+            layout_rows.SHAPES_GEO.replace("2 * (w + h)", "2 * w + h"),
         ),
     )
     check(task, task.patch, regression, docker)
 
 
 def test_a_django_row_runs_django_s_own_runtests(docker):
-    image = layouts.django_image()
-    task = read_task(layouts.django_row(image))
+    image = layout_rows.django_image()
+    task = read_task(layout_rows.django_row(image))
     assert task.framework == "django" and task.targets == ("utils_tests.test_text",)
-    check(task, task.patch, layouts.django_regression(), docker, timeout_s=240)
+    check(task, task.patch, layout_rows.django_regression(), docker, timeout_s=240)
 
 
 def test_a_sympy_row_by_bin_test_s_conventions(docker):
-    image = layouts.sympy_image()
-    task = read_task(layouts.sympy_row(image))
+    image = layout_rows.sympy_image()
+    task = read_task(layout_rows.sympy_row(image))
     assert task.framework == "sympy" and task.test_env == {"SYMPY_USE_CACHE": "no"}
-    check(task, task.patch, layouts.sympy_regression(), docker, timeout_s=240)
+    check(task, task.patch, layout_rows.sympy_regression(), docker, timeout_s=240)
 
 
 def test_an_image_without_the_test_framework_masks_and_the_agent_cannot_supply_one(docker):
-    image = layouts.django_image()
-    task = read_task({**layouts.calc_row("acme__calc-9"), "image": image, "test_patch": ""})  # a pytest row
+    image = layout_rows.django_image()
+    task = read_task(
+        {**layout_rows.calc_row("acme__calc-9"), "image": image, "test_patch": ""}
+    )  # a pytest row
     fake = ".venv/bin/python"  # a python that says yes to any probe, made by the agent in its workspace
     agent = f"mkdir -p .venv/bin && printf '#!/bin/sh\\nexit 0\\n' > {fake} && chmod +x {fake}; echo x >> README.md"
     reward = asyncio.run(graded(task, agent, 60, docker))
@@ -140,8 +143,8 @@ def test_an_image_without_the_test_framework_masks_and_the_agent_cannot_supply_o
 
 
 def test_episodes_through_the_env_find_the_image_s_interpreter_once(docker):
-    layouts.calc_image(True)
-    row = layouts.calc_row("acme__calc-7")
+    layout_rows.calc_image(True)
+    row = layout_rows.calc_row("acme__calc-7")
     fix = call("terminal", command=f"patch -p1 <<'EOF'\n{row['patch']}EOF")
     env = SweEnv(sandbox=docker, command_timeout_s=20, test_timeout_s=120)
     try:
