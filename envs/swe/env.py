@@ -113,7 +113,9 @@ class SweEnv(Env[SweTask]):
     ``image_template``: the image of every row (``datasets.IMAGE_TEMPLATES``: a preset such as
     ``"swe-gym"`` or a format string over the row's fields; default: the row's own image, else its
     dataset's published name). ``python``: the interpreter of the tests when a row names none
-    (default: found in the image, ``interpreter.py``). ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
+    (default: found in the image, ``interpreter.py``). ``sandbox_options``: more settings of a
+    sandbox named by ``sandbox`` (docker: ``workdir_mb``, ``container_memory_mb``: a public image's
+    ``/testbed`` with its git history can outgrow the default 256 MB work dir). ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
     unset: the runner's) bound an episode; the report's 256K context is the engine's, whose
     overflow ends the episode truncated.
     """
@@ -140,6 +142,7 @@ class SweEnv(Env[SweTask]):
         allow_unsafe_local: bool = False,
         image_template: str | None = None,
         python: str | None = None,
+        sandbox_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ):
         if max_calls_per_turn < 1:
@@ -160,6 +163,7 @@ class SweEnv(Env[SweTask]):
                 memory_mb=memory_mb,
                 nproc=nproc,
                 output_limit_mb=output_limit_mb,
+                **(sandbox_options or {}),
             )
             if not isinstance(sandbox, Sandbox)
             else sandbox

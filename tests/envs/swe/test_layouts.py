@@ -146,7 +146,14 @@ def test_episodes_through_the_env_find_the_image_s_interpreter_once(docker):
     layout_rows.calc_image(True)
     row = layout_rows.calc_row("acme__calc-7")
     fix = call("terminal", command=f"patch -p1 <<'EOF'\n{row['patch']}EOF")
-    env = SweEnv(sandbox=docker, command_timeout_s=20, test_timeout_s=120)
+    env = SweEnv(
+        sandbox="docker",
+        sandbox_options={"workdir_mb": 300},
+        memory_mb=512,
+        command_timeout_s=20,
+        test_timeout_s=120,
+    )
+    assert env.sandbox.name == "docker" and env.sandbox.workdir_mb == 300
     try:
         fixed, unfixed = play(env, [row], [fix, FINISH]) + play(env, [row], [FINISH])
         found = list(env.interpreters._found.values())
