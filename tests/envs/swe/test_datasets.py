@@ -265,3 +265,13 @@ def test_the_image_s_interpreters_are_tried_in_order_and_a_row_s_own_is_the_only
         "/opt/miniconda3/envs/py39/bin/python",
     )
     assert read_task({**SWE_BENCH, "python": ".venv/bin/python"}).python == "/testbed/.venv/bin/python"
+
+
+@pytest.mark.parametrize("name", ["runner", "collect"])
+def test_the_sandbox_scripts_keep_to_python_3_6_syntax(name):
+    """They run under the image's interpreter: SWE-bench's Django 3.x envs are Python 3.6."""
+    import ast
+
+    from cascade_envs.envs.swe.scripts import source
+
+    ast.parse(source(name), feature_version=(3, 6))
