@@ -25,6 +25,15 @@ changing what it asks:
   them with pytest under ``/testbed/.venv``, ``/testbed`` on ``sys.path`` (the package is not
   installed there).
 
+Why the ``swebench`` package is not used: from 5.0 it ships no per-repository tables (each row
+carries its ``eval_script`` and ``log_parser``, read here); in 4.x its ``MAP_REPO_VERSION_TO_SPECS``
+bears on grading only through the three test commands above (its ``TEST_DJANGO``, ``TEST_SYMPY``,
+``TEST_PYTEST`` and Django 1.9's exception), written here as SWE-bench spells them; the rest
+(install steps, pinned packages) is what its images already hold. Importing it would bring its
+dependencies (``datasets``, ``modal``, ``docker``, ...) into the SDK's venv for three strings.
+Unlike SWE-bench, a pytest row runs the files of its test ids, not every file of its test patch:
+the same tests, without collecting a patched ``conftest.py`` or data file as a test module.
+
 Image names (``image_for_row``): a row's own ``image``, ``image_name`` or ``docker_image``, else
 the template of its dataset. ``IMAGE_TEMPLATES`` are the names the datasets publish: SWE-bench's
 ``swebench/sweb.eval.x86_64.<id>:latest`` with ``__`` spelt ``_1776_``, SWE-Gym's
