@@ -7,9 +7,9 @@ changing what it asks:
   ``base_commit``, ``patch`` (the fix), ``test_patch``, ``FAIL_TO_PASS``, ``PASS_TO_PASS``,
   ``version``, and no test command: the grader uses SWE-bench's per-repository one (Django's
   ``tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1``, without ``--parallel``
-  for 1.9; SymPy's ``bin/test -C --verbose`` with its warning filters; ``pytest -rA`` for the
-  rest), whose targets are the test files of ``test_patch`` (Django: as dotted labels under
-  ``tests/``). A SWE-bench 5 row carries its own ``eval_script`` and ``log_parser``: its test
+  for 1.9; SymPy's ``bin/test -C --verbose`` with its warning filters; pytest for the rest, whose
+  ``path::name`` ids say so), whose targets are the test files of ``test_patch`` (Django: as dotted
+  labels under ``tests/``). A SWE-bench 5 row carries its own ``eval_script`` and ``log_parser``: its test
   line (between the ``>>>>> Start/End Test Output`` markers) and parser name are read instead.
 - **SWE-smith**: SWE-bench's format where ``patch`` is the *bug* (the fix is its reverse), an
   ``image_name`` per repository snapshot and no ``test_patch``. The workspace is the snapshot with
@@ -27,10 +27,10 @@ changing what it asks:
 
 Why the ``swebench`` package is not used: from 5.0 it ships no per-repository tables (each row
 carries its ``eval_script`` and ``log_parser``, read here); in 4.x its ``MAP_REPO_VERSION_TO_SPECS``
-bears on grading only through the three test commands above (its ``TEST_DJANGO``, ``TEST_SYMPY``,
-``TEST_PYTEST`` and Django 1.9's exception), written here as SWE-bench spells them; the rest
+bears on grading only through the test commands above (its ``TEST_DJANGO``, ``TEST_SYMPY``, Django
+1.9's exception; pytest for every other repository), written here as SWE-bench spells them; the rest
 (install steps, pinned packages) is what its images already hold. Importing it would bring its
-dependencies (``datasets``, ``modal``, ``docker``, ...) into the SDK's venv for three strings.
+dependencies (``datasets``, ``modal``, ``docker``, ...) into the SDK's venv for two strings.
 Unlike SWE-bench, a pytest row runs the files of its test ids, not every file of its test patch:
 the same tests, without collecting a patched ``conftest.py`` or data file as a test module.
 
@@ -60,7 +60,6 @@ IMAGE_TEMPLATES = {
 IMAGE_FIELDS = ("image", "image_name", "docker_image")
 TEST_DJANGO = "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1"
 TEST_SYMPY = "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose"
-TEST_PYTEST = "pytest -rA"
 NON_TEST_EXTS = (".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
 """Files of a test patch that are not test targets (SWE-bench's ``NON_TEST_EXTS``)."""
 LOG_PARSERS = {"parse_log_django": "django", "parse_log_sympy": "sympy"}
@@ -127,8 +126,6 @@ def _swe_bench(row: dict[str, Any]) -> dict[str, Any]:
             )
         elif repo == "sympy/sympy":
             out["test_cmd"] = TEST_SYMPY
-        else:
-            out["test_cmd"] = TEST_PYTEST
     return out
 
 
@@ -168,7 +165,6 @@ def _swe_smith(row: dict[str, Any]) -> dict[str, Any]:
         "setup_patch": bug,
         "patch": reverse_diff(bug),
         "hidden_tests": hidden,
-        "test_cmd": row.get("test_cmd") or TEST_PYTEST,
     }
 
 

@@ -132,6 +132,20 @@ def test_a_swe_bench_django_row_is_run_by_runtests_with_swe_bench_s_settings():
     assert request["framework"] == "django" and request["files"] == ["auth_tests.test_validators"]
 
 
+def test_other_repositories_run_as_their_ids_say():
+    pytest_row = {
+        **SWE_BENCH,
+        "repo": "acme/x",
+        "FAIL_TO_PASS": ["tests/test_a.py::test_x"],
+        "PASS_TO_PASS": [],
+    }
+    assert read_task(pytest_row).framework == "pytest" and read_task(pytest_row).targets == (
+        "tests/test_a.py",
+    )
+    unittest_row = {**pytest_row, "FAIL_TO_PASS": ["tests.test_a.T.test_x"]}
+    assert read_task(unittest_row).framework == "unittest" and read_task(unittest_row).targets == ()
+
+
 def test_a_swe_bench_sympy_row_runs_the_test_patch_s_files_without_the_cache():
     sympy = {
         **SWE_BENCH,
