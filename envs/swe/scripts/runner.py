@@ -410,7 +410,7 @@ def _django_id(test, wanted, reported):
 def run_django(request, channel, guard_for, root):
     """Django's own ``tests/runtests.py`` (its settings module, apps, databases and options, e.g.
     ``--settings=test_sqlite --parallel 1``) runs the labels, as SWE-bench runs it; its test runner's
-    ``test_runner`` is this runner's, so the suite runtests.py builds runs here with the Recorder."""
+    ``run_suite`` is this runner's, so the suite runtests.py builds runs here with the Recorder."""
     import runpy
     import unittest
 
@@ -461,12 +461,10 @@ def run_django(request, channel, guard_for, root):
             channel.test(test_id, status, detail)
 
     class Runner:
-        """Django's ``DiscoverRunner.test_runner``: runs the suite it is given with the Recorder."""
+        """Holds ``run_suite``, which stands in for Django's ``DiscoverRunner.run_suite`` (every version
+        has it): the suite runtests.py built runs with the Recorder."""
 
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def run(self, suite):
+        def run_suite(self, suite, **kwargs):
             tests = list(_flatten(suite))
             for test in tests:
                 if test.id() not in loaded:
@@ -477,7 +475,7 @@ def run_django(request, channel, guard_for, root):
             unittest.TestSuite(tests).run(result)
             return result
 
-    django_runner.DiscoverRunner.test_runner = Runner
+    django_runner.DiscoverRunner.run_suite = Runner.run_suite
     guard = guard_for(UNITTEST_MODULES, [("result class", Recorder), ("runner class", Runner)])
     channel.emit({"begin": "django"})
     script = os.path.join(root, "tests", "runtests.py")
