@@ -22,7 +22,18 @@ On docker each episode is a container of the row's per-instance image (built fir
 offline, from ``cascade-swe-base:bookworm``: ``cascade-envs build-image swe-base``), and its
 grading a second one. A backend that cannot run here is listed as skipped, saying why.
 
+``--images``: instead, the grading overhead in the public datasets' image layouts (the tests'
+offline images, ``tests/envs/swe/layouts.py`` and ``layout_rows.py``: a SWE-bench pytest row, a Django row on its own
+``runtests.py``, a SymPy row, an R2E-Gym row), each against SWE-bench's own harness command for
+the same row (its eval script's test line, with the image's environment activated), timed the
+same way: from a fresh container of the image to the command's end, the gold patch and the test
+patch applied first. Ours is ``grade`` on the gold fix in an agent's workspace: its change read,
+a fresh clean room, the change and the test patch written, the trusted runner (its interpreter
+found once per image, in a first, untimed run). Needs the layout wheels (``.ci/swe.sh`` downloads
+them into ``build/swe-wheels``) and a Docker daemon.
+
     python bench/bench_swe.py [--episodes 10] [--backends bwrap,docker] [--repo durations]
+    python bench/bench_swe.py --images [--episodes 5]
 """
 
 from __future__ import annotations
@@ -34,13 +45,27 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from cascade_envs.envs.swe.changes import manifest
 from cascade_envs.envs.swe.env import SweEnv
+from cascade_envs.envs.swe.grading import grade, open_workspace
+from cascade_envs.envs.swe.interpreter import Interpreters
 from cascade_envs.envs.swe.task import SweTask, read_task
-from cascade_envs.sandbox import Session, Workspace, get_sandbox
+from cascade_envs.sandbox import Sandbox, Session, Workspace, get_sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_PATH = "/opt/miniconda3/envs/testbed/bin:/usr/local/bin:/usr/bin:/bin"
+SYMPY_TEST = (
+    "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' SYMPY_USE_CACHE=no python -c "
+    '"import sys; from sympy.testing.runtests import test; '
+    "sys.exit(not test('sympy/utilities/tests/test_iterables.py', verbose=True))\""
+)
+"""SymPy's own runner, as ``bin/test -C --verbose <file>`` runs it (``sympy.test`` needs pytest from 1.13 on)."""
 
 COMMANDS = (
     "ls -la",
@@ -126,7 +151,13 @@ def main() -> None:
         help="sandbox backends of the workspace, comma-separated (bwrap, docker, local; default %(default)s)",
     )
     ap.add_argument("--repo", default="durations", choices=("durations", "inilite"))
+    ap.add_argument(
+        "--images", action="store_true", help="grading in the datasets' image layouts (see above)"
+    )
     args = ap.parse_args()
+    if args.images:
+        image_layouts(args.episodes)
+        return
     envs = {}
     for backend in args.backends.split(","):
         try:
@@ -191,6 +222,84 @@ def main() -> None:
             b, o = median(in_place_runs[k], pick), median(clean_runs[k], pick)
             cells += f"{b * 1e3:>18.2f}{o * 1e3:>20.2f}{o / b:>7.2f}x"
         print(f"{name:<26}{cells}")
+
+
+def image_rows() -> list[tuple[str, dict[str, Any], str, str]]:
+    """``(label, row, SWE-bench's command for it, its PATH)`` of each image layout, the images built when missing."""
+    sys.path.insert(0, str(ROOT))
+    from tests.envs.swe import layout_rows
+
+    layout_rows.calc_image(True)
+    shapes, django, sympy = layout_rows.shapes_image(), layout_rows.django_image(), layout_rows.sympy_image()
+    venv = "/testbed/.venv/bin:/usr/local/bin:/usr/bin:/bin"
+    return [
+        (
+            "SWE-bench pytest row",
+            layout_rows.calc_row("acme__calc-7"),
+            "pytest -rA tests/test_ops.py",
+            CONDA_PATH,
+        ),
+        (
+            "Django row (runtests.py)",
+            layout_rows.django_row(django),
+            "python tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 utils_tests.test_text",
+            CONDA_PATH,
+        ),
+        ("SymPy row (bin/test's runner)", layout_rows.sympy_row(sympy), SYMPY_TEST, CONDA_PATH),
+        (
+            "R2E-Gym row (hidden tests)",
+            layout_rows.r2e_row(shapes),
+            "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' python -W ignore -m pytest -rA r2e_tests",
+            venv,
+        ),
+    ]
+
+
+async def harness(sandbox: Sandbox, task: SweTask, command: str, path: str) -> tuple[float, int]:
+    """SWE-bench's way: a fresh container, the gold and test patches applied, its test command; seconds, exit code."""
+    start = time.perf_counter()
+    session = await open_workspace(sandbox, task, check_patch=False, for_agent=False)
+    async with session:
+        for diff in (task.patch, task.test_patch):
+            if diff.strip():
+                await session.arun(["patch", "-p1", "--batch"], diff, timeout_s=60)
+        if task.test_setup_cmd:
+            await session.arun(["bash", "-c", task.test_setup_cmd], timeout_s=60)
+        env = {"PATH": path, "HOME": "/tmp", "LANG": "C.UTF-8"}
+        done = await session.arun(["bash", "-c", command], timeout_s=600, env=env)
+    return time.perf_counter() - start, done.exit_code
+
+
+async def graded_gold(sandbox: Sandbox, task: SweTask, interpreters: Interpreters) -> tuple[float, float]:
+    """Ours: the gold fix in an agent's workspace, graded in a clean room; seconds (grading only), reward."""
+    session = await open_workspace(sandbox, task)
+    async with session:
+        base = await manifest(session, task)
+        await session.arun(["patch", "-p1", "--batch"], task.patch, timeout_s=60)
+        start = time.perf_counter()
+        reward = await grade(sandbox, task, session, base, interpreters=interpreters, test_timeout_s=600)
+        return time.perf_counter() - start, reward.value
+
+
+def image_layouts(repeats: int) -> None:
+    """Ours vs SWE-bench's harness command per layout row, alternating, medians (see the module docstring)."""
+    sandbox = get_sandbox("docker", timeout_s=120, memory_mb=2048, nproc=256)
+    loop, rows = asyncio.new_event_loop(), image_rows()
+    print(f"grading the gold fix in the datasets' image layouts (docker), medians of {repeats}, in s")
+    print(f"{'row':<32}{'SWE-bench harness':>18}{'ours':>10}{'ratio':>8}  exit / reward")
+    for label, row, command, path in rows:
+        task, interpreters = read_task(row), Interpreters()
+        loop.run_until_complete(
+            graded_gold(sandbox, task, interpreters)
+        )  # warm: the interpreter probe, caches
+        theirs, ours_ = [], []
+        for _ in range(repeats):
+            theirs.append(loop.run_until_complete(harness(sandbox, task, command, path)))
+            ours_.append(loop.run_until_complete(graded_gold(sandbox, task, interpreters)))
+        t = statistics.median(r[0] for r in theirs)
+        o = statistics.median(r[0] for r in ours_)
+        print(f"{label:<32}{t:>18.2f}{o:>10.2f}{o / t:>7.2f}x  {theirs[-1][1]} / {ours_[-1][1]:g}")
+    loop.close()
 
 
 def make_env(backend: str, repo: str) -> SweEnv:

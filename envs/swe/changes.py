@@ -8,8 +8,8 @@ special files) against the base's list taken at setup, and keeps only what a fix
 - never: symbolic links, FIFOs and other special files; files it could not read; names that are
   not UTF-8; hidden paths (any component starting with ``.``) and ``__pycache__``, which are not
   even listed;
-- never test files: those ``test_patch`` touches (and any path in the way of one), and those
-  matching the default test globs (``TEST_GLOBS``) or the row's own ``test_globs``;
+- never test files: those ``test_patch`` touches, the task's hidden tests and the files its
+  pytest ids name (and any path in the way of one), and those matching the default test globs (``TEST_GLOBS``) or the row's own ``test_globs``;
 - never interpreter or test-runner hook files (``HOOK_FILES``: ``conftest.py``, pytest, tox,
   setup and pyproject configuration, ``sitecustomize``/``usercustomize``, ``*.pth``, and package
   metadata in ``*.egg-info``/``*.dist-info``, whose entry points can load a pytest plugin);
@@ -126,8 +126,8 @@ class Change:
 
 async def manifest(session: Session, task: SweTask) -> Manifest:
     """The workspace's files at setup, before the agent acts: from the row's snapshot when that is all
-    the workspace holds (no ``setup_cmd``), else listed in the workspace."""
-    if task.files is not None and not task.setup_cmd:
+    the workspace holds (no ``setup_cmd``, ``setup_patch`` or ``hidden_tests``), else listed in the workspace."""
+    if task.files is not None and not task.setup_changes:
         return {
             path: Entry("file", sha=hashlib.sha256(text.encode()).digest())
             for path, text in task.files.items()
@@ -200,8 +200,8 @@ def _refused(path: str, entry: Entry, task: SweTask, *, new_root: bool) -> str |
 
 def _protected(path: str, task: SweTask) -> str | None:
     """Why the grader owns ``path`` (a test or hook file), or ``None``."""
-    if path in task.patched_files or any(p.startswith(path + "/") for p in task.patched_files):
-        return "a file of the test patch"
+    if path in task.test_files or any(p.startswith(path + "/") for p in task.test_files):
+        return "a file of the test patch" if path in task.patched_files else "a test file of the task"
     if any(fnmatchcase(path, glob) for glob in (*TEST_GLOBS, *task.test_globs)):
         return "a test file"
     name = posixpath.basename(path)

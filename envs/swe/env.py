@@ -18,7 +18,8 @@ An episode:
 - setup (``on_reset``): a sandbox session whose workspace holds the repository at the task's
   ``workdir`` (``/testbed``): the row's snapshot copied in (bwrap, local) or a container of the
   row's image or per-instance image (docker, ``images.py``), then its ``setup_cmd``; the
-  workspace's files are listed then, before the agent acts (the base the change is read against).
+  workspace's files are listed then, before the agent acts (the base the change is read against),
+  and the interpreter of the task's tests is found (``interpreter.py``: once per image);
   Anything failing here raises ``SandboxError`` from ``reset``; the runner masks such an episode
   (``Reward.failed``), it is never scored 0;
 - turns: the ``<tool_call>`` blocks of each reply run in order (at most ``max_calls_per_turn``);
@@ -56,6 +57,7 @@ from cascade_envs.tools import with_tools
 
 from .changes import ChangeError, Manifest, manifest
 from .grading import SETUP_TIMEOUT_S, TEST_TIMEOUT_S, grade, open_workspace
+from .interpreter import Interpreters
 from .task import SweTask, read_task
 from .tools import OpenHandsSDK, WorkspaceTools
 
@@ -109,7 +111,13 @@ class SweEnv(Env[SweTask]):
     ``max_result_chars``: the longest tool message. ``memory_mb``, ``nproc``, ``output_limit_mb``:
     per-command limits. ``allow_unsafe_local``: accept the ``local`` sandbox (see the module doc).
     ``legacy_python``: grade tasks whose interpreter is older than 3.8 (no audit hooks, so the runner's
-    in-process defences are off; such a task masks without it). ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
+    in-process defences are off; such a task masks without it).
+    ``image_template``: the image of every row (``datasets.IMAGE_TEMPLATES``: a preset such as
+    ``"swe-gym"`` or a format string over the row's fields; default: the row's own image, else its
+    dataset's published name). ``python``: the interpreter of the tests when a row names none
+    (default: found in the image, ``interpreter.py``). ``sandbox_options``: more settings of a
+    sandbox named by ``sandbox`` (docker: ``workdir_mb``, ``container_memory_mb``: a public image's
+    ``/testbed`` with its git history can outgrow the default 256 MB work dir). ``max_turns`` (200), ``episode_timeout_s`` and ``max_episode_tokens`` (``Env``;
     unset: the runner's) bound an episode; the report's 256K context is the engine's, whose
     overflow ends the episode truncated.
     """
@@ -135,6 +143,9 @@ class SweEnv(Env[SweTask]):
         output_limit_mb: float = 4,
         allow_unsafe_local: bool = False,
         legacy_python: bool = False,
+        image_template: str | None = None,
+        python: str | None = None,
+        sandbox_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ):
         if max_calls_per_turn < 1:
@@ -155,6 +166,7 @@ class SweEnv(Env[SweTask]):
                 memory_mb=memory_mb,
                 nproc=nproc,
                 output_limit_mb=output_limit_mb,
+                **(sandbox_options or {}),
             )
             if not isinstance(sandbox, Sandbox)
             else sandbox
@@ -170,6 +182,8 @@ class SweEnv(Env[SweTask]):
         self.max_result_chars = int(max_result_chars)
         self.legacy_python = bool(legacy_python)
         self._toolboxes: dict[str, Any] = {}
+        self.image_template = image_template
+        self.interpreters = Interpreters(python)
         super().__init__(tasks, **kwargs)
         self.hidden = self._hidden()
 
@@ -184,7 +198,7 @@ class SweEnv(Env[SweTask]):
     # ----- rows ---------------------------------------------------------------------------------
 
     def load_task(self, row: Row) -> SweTask:
-        task = read_task(row)
+        task = read_task(row, image_template=self.image_template)
         if task.files is None and task.source is None and self.sandbox.name != "docker":
             raise TaskError(
                 f"the repository is only in the image {task.image!r}: use sandbox='docker'", "repo_snapshot"
@@ -217,6 +231,7 @@ class SweEnv(Env[SweTask]):
         )
         try:
             base = await manifest(session, task)
+            await self.interpreters.find(session, task)  # before the agent acts; masks a bad image early
         except ChangeError as exc:
             await session.aclose()
             raise SandboxError(f"workspace setup of {task.instance_id or 'the task'} failed: {exc}") from None
@@ -279,6 +294,7 @@ class SweEnv(Env[SweTask]):
             test_timeout_s=self.test_timeout_s,
             setup_timeout_s=self.setup_timeout_s,
             legacy_python=self.legacy_python,
+            interpreters=self.interpreters,
         )
         reward.components.update(self._counts(state))
         return reward

@@ -9,15 +9,19 @@ After a finished episode:
    per-instance image, ``images.py``; then ``setup_cmd``),
    the change is written into it (refusing symlinks and special files), and ``test_patch`` is
    applied with ``patch -p1`` reading it from stdin;
-3. the project's runner (``scripts/kernel.py`` + ``scripts/runner.py``, passed as source text,
-   never a file the agent could reach) runs the task's test ids with unittest or pytest in a
-   hardened interpreter (``python3 -I -B``: no user site, no ``PYTHON*`` variables, no bytecode
-   written, none read from the tree's ``__pycache__``, an empty ``HOME`` outside the repository,
-   the standard library ahead of the repository on ``sys.path``). A supervisor process that runs
-   no repository code alone writes the report, tagged with a per-run nonce the test process never
-   sees; the test process runs under an audit hook that keeps code from the agent's files away
-   from frames, the garbage collector, ``ctypes`` and the runner's state, and every test's outcome
-   is kept inside that hook (``scripts/kernel.py`` says what is refused).
+3. the task's hidden tests are put in place (``test_setup_cmd``), and the project's runner
+   (``scripts/kernel.py`` + ``scripts/runner.py``, passed as source text, never a file the agent
+   could reach) runs the task's tests with unittest, pytest, Django's ``tests/runtests.py`` or
+   SymPy's conventions under the task's interpreter (``interpreter.py``: the row's or the image's,
+   probed before the change is written) in a hardened mode (``-I -B``: no user site, no
+   ``PYTHON*`` variables, no bytecode written, none read from the tree's ``__pycache__``, an empty
+   ``HOME`` outside the repository, the standard library ahead of the repository on ``sys.path``;
+   what the task declares, its ``sys.path`` entries, variables and warning filters, travels in the
+   runner's request and is applied by the runner). A supervisor process that runs no repository
+   code alone writes the report, tagged with a per-run nonce the test process never sees; the test
+   process runs under an audit hook that keeps code from the agent's files away from frames, the
+   garbage collector, ``ctypes`` and the runner's state, and every test's outcome is kept inside
+   that hook (``scripts/kernel.py`` says what is refused).
 
 Reward 1 iff every FAIL_TO_PASS and every PASS_TO_PASS test PASSED (or XFAIL), as SWE-bench's
 ``test_passed``; stricter than SWE-bench, a skipped PASS_TO_PASS test does not count (code under
@@ -25,8 +29,9 @@ test can raise ``SkipTest``). A test that was not reported did not pass. Zero, n
 whatever the agent's code can cause: a run that times out, exceeds a limit, exits before the
 runner's final report, writes on the channel or tampers with the verdict machinery. Masked
 (``Reward.failed``) only for what it cannot: the sandbox lost, the base not setting up again, the
-test patch not applying to the base, the runner failing before it imported any repository code,
-an interpreter older than 3.8 (no audit hooks) unless ``legacy_python`` accepts weaker checks.
+test patch not applying to the base, an image without an interpreter for the task's tests, the
+runner failing before it imported any repository code, an interpreter older than 3.8 (no audit
+hooks) unless ``legacy_python`` accepts weaker checks.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ from cascade_envs.sandbox import ExecResult, Sandbox, SandboxError, Session, Wor
 from cascade_envs.sandbox.docker import DockerSandbox
 
 from .changes import Change, ChangeError, Manifest, collect
+from .datasets import r2e_key
 from .images import image_for
+from .interpreter import Interpreter, Interpreters
 from .scripts import program
 from .task import SweTask
 
@@ -49,9 +56,10 @@ TEST_TIMEOUT_S = 300.0
 SETUP_TIMEOUT_S = 300.0
 PASSING = ("PASSED", "XFAIL")
 HOME = "/tmp/cascade-home"
-RUNNER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb"}
-RUNNER_ARGV = ["python3", "-I", "-B", "-c"]
+RUNNER_ENV = {"HOME": HOME, "LANG": "C.UTF-8", "TERM": "dumb"}
+RUNNER_FLAGS = ["-I", "-B", "-c"]
 MAX_LISTED = 5
+STATUS_RANK = {"PASSED": 0, "XFAIL": 1, "SKIPPED": 2, "XPASS": 3, "FAILED": 4, "ERROR": 5}
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,17 @@ class Verdict:
 
 
 def verdict(task: SweTask, statuses: dict[str, str]) -> Verdict:
-    """SWE-bench's rule over reported statuses: a test passes only when it was reported passing."""
+    """SWE-bench's rule over reported statuses: a test passes only when it was reported passing.
+
+    An R2E-Gym task's ids are keys of node ids (``datasets.r2e_key``): tests that share a key all
+    have to pass for it."""
+    if task.id_format == "r2e":
+        keyed: dict[str, str] = {}
+        for nodeid, status in statuses.items():
+            key = r2e_key(nodeid)
+            if STATUS_RANK.get(status, 9) >= STATUS_RANK.get(keyed.get(key, "PASSED"), 9):
+                keyed[key] = status
+        statuses = keyed
     return Verdict(
         {t: statuses.get(t) in PASSING for t in task.fail_to_pass},
         {t: statuses.get(t) in PASSING for t in task.pass_to_pass},
@@ -100,9 +118,11 @@ async def open_workspace(
     hidden: Sequence[str] = (),
     setup_timeout_s: float = SETUP_TIMEOUT_S,
     check_patch: bool = True,
+    for_agent: bool = True,
 ) -> Session:
     """A session holding the task's base repository, set up (and the test patch checked to apply to it,
-    with ``check_patch``); ``SandboxError`` if it cannot be had."""
+    with ``check_patch``; the task's hidden tests removed, ``for_agent``); ``SandboxError`` if it cannot
+    be had."""
     if isinstance(sandbox, DockerSandbox):  # the repository is in the row's image or its per-instance one
         workspace, files = (
             Workspace(workdir=task.workdir, image=image_for(task), workdir_mb=sandbox.workdir_mb),
@@ -115,11 +135,24 @@ async def open_workspace(
         )
     session = await sandbox.asession(workspace=workspace, files=files)
     try:
+        if task.setup_patch.strip():
+            applied = await _patch(session, task.setup_patch)
+            if not applied.ok:
+                raise SandboxError(
+                    f"workspace setup of {task.instance_id or 'the task'} failed: its setup_patch does not "
+                    f"apply: {applied.describe()} {applied.text[-300:]}"
+                )
         if task.setup_cmd:
             done = await session.arun(["bash", "-c", task.setup_cmd], timeout_s=setup_timeout_s)
             if not done.ok:
                 raise SandboxError(
                     f"workspace setup of {task.instance_id or 'the task'} failed: setup_cmd {done.describe()}"
+                )
+        if for_agent and task.hidden_tests:
+            gone = await session.arun(["rm", "-f", "--", *task.hidden_tests], timeout_s=60)
+            if not gone.ok:
+                raise SandboxError(
+                    f"hiding the tests of {task.instance_id or 'the task'} failed: {gone.describe()}"
                 )
         if check_patch and task.test_patch.strip():
             applied = await _patch(session, task.test_patch, dry_run=True)
@@ -143,11 +176,13 @@ async def grade(
     hidden: Sequence[str] = (),
     test_timeout_s: float = TEST_TIMEOUT_S,
     setup_timeout_s: float = SETUP_TIMEOUT_S,
+    interpreters: Interpreters | None = None,
     legacy_python: bool = False,
     defences_off: Sequence[str] = (),
 ) -> Reward:
     """Score the agent's work in ``session`` (whose workspace held ``base`` at setup) in a clean room.
 
+    ``interpreters``: the env's (its cache of the task's interpreter); a fresh one probes again.
     ``legacy_python``: grade on Python < 3.8 without the audit hook (else such a run masks).
     ``defences_off``: runner defences to leave out (``audit``, ``supervisor``, ``guard``,
     ``outcomes``), only for the tests that show each one is needed."""
@@ -171,13 +206,17 @@ async def grade(
         )
     try:
         room = await open_workspace(
-            sandbox, task, hidden=hidden, setup_timeout_s=setup_timeout_s, check_patch=False
+            sandbox, task, hidden=hidden, setup_timeout_s=setup_timeout_s, check_patch=False, for_agent=False
         )
     except SandboxError as exc:
         return Reward.failed(f"the clean room could not be set up: {exc}")
     try:
+        try:  # probed before the change is written (or known for the image)
+            interpreter = await (interpreters or Interpreters()).find(room, task)
+        except SandboxError as exc:
+            return Reward.failed(f"the clean room could not be set up: {exc}", **counts)
         options = {"legacy": legacy_python, "defences_off": list(defences_off)}
-        reward = await _grade_in(room, task, change, test_timeout_s, options)
+        reward = await _grade_in(room, task, change, test_timeout_s, interpreter, options)
     finally:
         await room.aclose()
     reward.components.update(counts)
@@ -187,7 +226,12 @@ async def grade(
 
 
 async def _grade_in(
-    room: Session, task: SweTask, change: Change, timeout_s: float, options: dict[str, object]
+    room: Session,
+    task: SweTask,
+    change: Change,
+    timeout_s: float,
+    interpreter: Interpreter,
+    options: dict[str, object],
 ) -> Reward:
     """Apply ``change`` and the test patch in the fresh workspace ``room``, run the tests, score them."""
     try:
@@ -207,23 +251,34 @@ async def _grade_in(
         applied = await _patch(room, task.test_patch)
         if not applied.ok:  # it applied to the base at setup and the change never touches its files
             return Reward.failed(f"the test patch did not apply in the clean room: {applied.describe()}")
+    if task.test_setup_cmd:
+        done = await room.arun(["bash", "-c", task.test_setup_cmd], timeout_s=60)
+        if not done.ok:  # it copies what the image holds outside the repository: the change cannot stop it
+            return Reward.failed(f"the task's test_setup_cmd failed in the clean room: {done.describe()}")
     nonce = secrets.token_hex(16)
-    request = {
-        "nonce": nonce,
-        "framework": task.framework,
-        "tests": list(dict.fromkeys(task.tests)),
-        "files": list(dict.fromkeys(t.split("::", 1)[0] for t in task.tests)),
-        "agent_paths": sorted(change.written),
-        **options,
-    }
     result = await room.arun(
-        [*RUNNER_ARGV, program("runner")],
-        json.dumps(request),
+        [interpreter.path, *RUNNER_FLAGS, program("runner")],
+        json.dumps({**runner_request(task, nonce, sorted(change.written)), **options}),
         timeout_s=timeout_s,
-        env=RUNNER_ENV,
+        env={**RUNNER_ENV, "PATH": interpreter.env_path},
         output_limit_mb=16,
     )
     return judge_run(task, result, nonce)
+
+
+def runner_request(task: SweTask, nonce: str, agent_paths: list[str]) -> dict[str, object]:
+    """The runner's JSON request: the tests, what it runs, and what the task declares for them."""
+    return {
+        "nonce": nonce,
+        "framework": task.framework,
+        "tests": list(dict.fromkeys(task.tests)),
+        "files": list(task.targets) or list(dict.fromkeys(t.split("::", 1)[0] for t in task.tests)),
+        "agent_paths": agent_paths,
+        "paths": list(task.test_paths),
+        "env": dict(task.test_env),
+        "warnings": list(task.warnings),
+        "options": list(task.runner_options),
+    }
 
 
 def judge_run(task: SweTask, result: ExecResult, nonce: str) -> Reward:

@@ -66,18 +66,11 @@ ANY_EVENTS = frozenset(
 FRAMEWORK = ("unittest", "_pytest", "pytest", "pluggy", "builtins", "cascade_runner")
 """Modules (by name prefix) whose classes no untrusted code may change: the frameworks and the runner."""
 THREAD_STARTS = frozenset(("_thread.start_new_thread", "_thread.start_joinable_thread", "cascade.thread"))
+SERVED = ("keep", "state", "baseline", "check", "report", "finish")
+"""What the kernel's hook does for the runner's own code (``Kernel``)."""
 OWN_EVENTS = frozenset(
-    (
-        "cascade.keep",
-        "cascade.state",
-        "cascade.baseline",
-        "cascade.report",
-        "cascade.finish",
-        "cascade.flag",
-        "cascade.signal",
-        "cascade.getsignal",
-        "cascade.create_builtin",
-    )
+    ["cascade." + name for name in SERVED]
+    + ["cascade.flag", "cascade.signal", "cascade.getsignal", "cascade.create_builtin"]
 )
 GUARDED = (
     NEAR_EVENTS
@@ -339,30 +332,19 @@ def _make_core(send, agent_files=frozenset()):
     module_type, function_type = type(sys), type(_make_core)
     methods = (function_type, property, classmethod, staticmethod)
     class_dict, type_module = type.__dict__["__dict__"].__get__, type.__dict__["__module__"].__get__
-    startswith, dirname, getattr_, modules, property_ = (
-        str.startswith,
-        os.path.dirname,
-        getattr,
-        sys.modules,
-        property,
-    )
-    kept, found, base, original, spaces, homes = {}, {"refused": [], "tampered": []}, {}, {}, [], {}
-
-    def home(module):
-        """The folder of the package ``module`` belongs to (a framework's own updates come from there)."""
-        top = modules.get(module.split(".")[0]) if type_(module) is str_ else None
-        path = getattr_(top, "__file__", None)
-        return dirname(path) + "/" if type_(path) is str_ else None
+    startswith, endswith, getattr_, property_ = str.startswith, str.endswith, getattr, property
+    kept, found, base, original, spaces = {}, {"refused": [], "tampered": []}, {}, {}, []
 
     def own_update(label, value):
-        """``value`` is a function of the same framework package as ``label``'s module (not the agent's)."""
-        if not issubclass_(type_(value), methods) or homes.get(label) is None:
+        """``value`` is one of the updates pytest makes to its own classes as it configures (its legacy-path
+        plugin). Nothing else counts: a framework's method swapped for another of its functions is tampering."""
+        if not issubclass_(type_(value), methods) or not startswith(label, ("_pytest", "pytest")):
             return False
         function = value.fget if issubclass_(type_(value), property_) else getattr_(value, "__func__", value)
         if type_(function) is not function_type:
             return False
         name = function.__code__.co_filename
-        return startswith(name, homes[label]) and name not in agent_files
+        return endswith(name, "/_pytest/legacypath.py") and name not in agent_files
 
     def fingerprint():
         """``{name: (id, object, module label)}`` of the watched functions, methods and (``every``) values."""
@@ -374,7 +356,7 @@ def _make_core(send, agent_files=frozenset()):
                 continue
             for name, value in list_(space.items()):
                 key = label + "." + (name if type_(name) is str_ else "?")
-                if every or type_(value) is function_type:
+                if every is True or (every is False and type_(value) is function_type):
                     out[key] = (id_(value), value, label)
                 if issubclass_(type_(value), type_type):
                     owner = type_module(value)
@@ -403,13 +385,10 @@ def _make_core(send, agent_files=frozenset()):
         spaces.extend(watched)
         base.update({key: (value[0], value[2]) for key, value in fingerprint().items()})
         original.update(base)
-        for _key, (_id, label) in list_(base.items()):
-            if label not in homes:
-                homes[label] = home(label)
 
     def check():
-        """What was fingerprinted is still the same objects, and the classes gained nothing. pytest adds and
-        replaces methods of its own as it configures: an update from the framework's own package is taken."""
+        """What was fingerprinted is still the same objects, and gained nothing. pytest adds and replaces
+        methods of its own as it configures and puts them back after (``own_update``): those are taken."""
         if not base:
             return
         current = fingerprint()
@@ -417,7 +396,8 @@ def _make_core(send, agent_files=frozenset()):
             then, now = base.get(key), current.get(key)
             if then is not None and now is not None and now[0] == then[0]:
                 continue
-            if now is not None and own_update(now[2], now[1]):
+            restored = now is not None and key in original and now[0] == original[key][0]
+            if now is not None and (restored or own_update(now[2], now[1])):
                 base[key] = (now[0], now[2])
             elif now is None and key not in original:
                 del base[key]  # an update of the framework's own, undone
@@ -440,6 +420,7 @@ def _make_core(send, agent_files=frozenset()):
         "keep": keep,
         "state": kept.__getitem__,
         "baseline": baseline,
+        "check": check,
         "report": report,
         "finish": finish,
     }
@@ -449,8 +430,8 @@ class Kernel:
     """The test process's guard: the runner's state and the one path a record takes (see the module doc).
 
     ``keep``/``state`` hold the runner's objects, ``flag`` records tampering, ``baseline`` fingerprints
-    what must not change, ``report`` sends a record after comparing the fingerprints, ``finish`` sends
-    the findings and ``finished``. Once ``install``ed, each is a request to the audit hook, which holds
+    what must not change and ``check`` compares them, ``report`` sends a record after comparing them,
+    ``finish`` sends the findings and ``finished``. Once ``install``ed, each is a request to the audit hook, which holds
     that state where no code of the agent's can reach it and serves only the runner's own code.
     """
 
@@ -462,7 +443,12 @@ class Kernel:
             for path in (os.path.join(root, rel), os.path.realpath(os.path.join(root, rel)))
         )
         core = _make_core(reporter.send)
-        self.keep, self.state, self.baseline = core["keep"], core["state"], core["baseline"]
+        self.keep, self.state, self.baseline, self.check = (
+            core["keep"],
+            core["state"],
+            core["baseline"],
+            core["check"],
+        )
         self.report, self.finish = core["report"], core["finish"]
         self.flag = lambda reason: core["note"]("tampered", reason)
 
@@ -490,9 +476,7 @@ def _requests(audit):
 
         return ask
 
-    api = {
-        name: ask_for("cascade." + name) for name in ("keep", "state", "baseline", "report", "finish", "flag")
-    }
+    api = {name: ask_for("cascade." + name) for name in (*SERVED, "flag")}
     api["signal"], api["getsignal"] = ask_for("cascade.signal"), ask_for("cascade.getsignal")
     api["create_builtin"] = ask_for("cascade.create_builtin")
     return api, ask_for("x").__code__
@@ -536,7 +520,7 @@ def _install(kernel, trusted_code):
     send_code = send.__code__
     core = _make_core(send, agent_files)
     note = core["note"]
-    served = {"cascade." + name: core[name] for name in ("keep", "state", "baseline", "report", "finish")}
+    served = {"cascade." + name: core[name] for name in SERVED}
     api, ask_code = _requests(sys.audit)
     main_ident, bootstrap_code = get_ident(), thread_class._bootstrap.__code__
     trusted_ids = {id_(code): code for code in [*list_(trusted_code), ask_code]}
@@ -801,4 +785,4 @@ def _install(kernel, trusted_code):
         threading._start_new_thread = start_new_thread
         trusted_ids[id_(start_new_thread.__code__)] = start_new_thread.__code__
     sys.addaudithook(hook)
-    return {name: api[name] for name in ("keep", "state", "baseline", "report", "finish", "flag")}
+    return {name: api[name] for name in (*SERVED, "flag")}

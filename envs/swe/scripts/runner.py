@@ -1,11 +1,20 @@
-"""The trusted test runner: runs a task's tests with unittest or pytest and reports each outcome.
+"""The trusted test runner: runs a task's tests and reports each outcome.
 
 Started in the clean-room workspace (cwd: the repository) as the program ``scripts/__init__.py``
-builds (``kernel.py``, then this file), with a JSON request on stdin::
+builds (``kernel.py``, then this file) under the task's interpreter (``<python> -I -B -c``), with a
+JSON request on stdin::
 
-    {"nonce": str, "framework": "unittest" | "pytest", "tests": [test ids],
-     "files": [test files to run], "agent_paths": [files the agent's change wrote],
+    {"nonce": str, "framework": "unittest" | "pytest" | "django" | "sympy", "tests": [test ids],
+     "files": [what to run: pytest paths, Django labels, SymPy test files],
+     "agent_paths": [files the agent's change wrote], "paths": [sys.path entries the task declares],
+     "env": {variables the task declares}, "warnings": [warning filters], "options": [runner options],
      "legacy": bool (grade on Python < 3.8, without the audit hook), "defences_off": [names, tests only]}
+
+Drivers (``DRIVERS``): ``unittest`` loads the ids; ``pytest`` runs the files; ``django`` runs the
+repository's own ``tests/runtests.py`` with its options and labels, its suite run by this runner
+and each test reported in the row's id format; ``sympy`` runs the test functions of the files as
+SymPy's ``bin/test`` does. ``env``, ``paths`` and ``warnings`` are applied here, before any
+repository code is imported (``-I`` ignores ``PYTHON*`` variables).
 
 The kernel forks a supervisor that alone writes the host's channel (``<nonce> <json>`` lines:
 ``begin``, one ``{"test": id, "status": PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS, "detail": ...}``
@@ -91,8 +100,30 @@ PYTEST_MODULES = (
     "pluggy.hooks",
     "pluggy.manager",
 )
-RUNNER_MODULES = ("builtins", "os", "posixpath", "gc", "contextlib", "importlib", "traceback", "types")
-"""Standard library modules the runner records and reports through."""
+FRAMEWORK_MODULES = {
+    "unittest": UNITTEST_MODULES,
+    "django": UNITTEST_MODULES,
+    "pytest": PYTEST_MODULES,
+    "sympy": (),
+}
+"""The framework each driver runs on: imported and fingerprinted before any repository code."""
+RUNNER_MODULES = (
+    "builtins",
+    "os",
+    "posixpath",
+    "gc",
+    "contextlib",
+    "importlib",
+    "traceback",
+    "types",
+    "inspect",
+    "random",
+    "runpy",
+)
+"""Standard library modules the runner records and reports through (their functions and classes)."""
+CLASSES_ONLY = ("warnings",)
+"""Standard library modules whose classes the runner uses, but whose functions the frameworks swap
+around each test (pytest's warning capture): only their classes are fingerprinted."""
 SEVERITY = ("PASSED", "XFAIL", "SKIPPED", "XPASS", "FAILED", "ERROR")
 MAX_DETAIL = 300
 
@@ -140,14 +171,14 @@ class Outcomes:
         if now is None or _severity(status) > _severity(now[0]) or not self.strict:
             self.outcomes[test_id] = (status, clean(detail, MAX_DETAIL))
 
-    def take(self, test_id):
-        """The record of ``test_id``, once (``None`` after that)."""
+    def take(self, test_id, name=None):
+        """The record of ``test_id`` (reported as ``name``, the row's id for it), once (``None`` after that)."""
         test_id = clean(test_id)
         if test_id in self.sent:
             return None
         self.sent.add(test_id)
         status, detail = self.outcomes.get(test_id, ("ERROR", "the test reported no outcome"))
-        return {"test": test_id, "status": status, "detail": detail}
+        return {"test": clean(name) if name is not None else test_id, "status": status, "detail": detail}
 
 
 KERNEL = None
@@ -158,10 +189,10 @@ def _record(test_id, status, detail=""):
     KERNEL.state("outcomes").record(test_id, status, detail)
 
 
-def _report(test_id):
-    """A test ended: check the verdict machinery, then send its record."""
+def _report(test_id, name=None):
+    """A test ended: check the verdict machinery, then send its record (as ``name``, when given)."""
     KERNEL.state("guard").checkpoint()
-    record = KERNEL.state("outcomes").take(test_id)
+    record = KERNEL.state("outcomes").take(test_id, name)
     if record is not None:
         KERNEL.report(record)
 
@@ -372,17 +403,16 @@ class Guard:
         return os.path.relpath(os.path.realpath(where), self.root) in self.agent_paths
 
 
-def run_unittest(request, root):
+def _unittest_recorder(report_as=None):
+    """A unittest result class that records every outcome as it happens, and reports each test when it
+    stops (under ``report_as(test)``, the row's id, when given)."""
     import unittest
-    import unittest.case
-
-    loaded = {}
 
     class Recorder(unittest.TestResult):
         def startTest(self, test):
-            sys.path[:] = _stdlib_first(root)
+            sys.path[:] = _stdlib_first(root_of_run())
             _guard().hooks()
-            _guard().same_test(test.id(), getattr(type(test), test._testMethodName, None))
+            _guard().same_test(test.id(), getattr(type(test), getattr(test, "_testMethodName", ""), None))
             super().startTest(test)
 
         def addSuccess(self, test):
@@ -412,11 +442,35 @@ def run_unittest(request, root):
 
         def stopTest(self, test):
             super().stopTest(test)
-            _guard().same_test(test.id(), getattr(type(test), test._testMethodName, None))
-            _report(test.id())
+            _guard().same_test(test.id(), getattr(type(test), getattr(test, "_testMethodName", ""), None))
+            _report(test.id(), report_as(test) if report_as else None)
+
+    return Recorder
+
+
+def root_of_run():
+    return KERNEL.state("root")
+
+
+def _load_unittest(test, loaded):
+    """Remember a unittest test before it runs (its function, and whether its file expects it to fail)."""
+    if test.id() in loaded:
+        return False
+    loaded[test.id()] = test
+    method = getattr(type(test), getattr(test, "_testMethodName", ""), None)
+    expecting = getattr(method, "__unittest_expecting_failure__", False) or getattr(
+        type(test), "__unittest_expecting_failure__", False
+    )
+    files = _unittest_files(test)
+    _guard().loaded(test.id(), method, type(test), expecting, files, "expectedFailure")
+    return True
+
+
+def run_unittest(request, root):
+    import unittest
 
     _emit({"ready": "unittest"})
-    loader, suite = unittest.TestLoader(), unittest.TestSuite()
+    loader, suite, loaded = unittest.TestLoader(), unittest.TestSuite(), {}
     for test_id in request["tests"]:
         try:
             tests = list(_flatten(loader.loadTestsFromName(test_id)))
@@ -428,16 +482,9 @@ def run_unittest(request, root):
             _report_now(test_id, "ERROR", str(getattr(failed[0], "_exception", "")))
             continue
         for test in tests:
-            if test.id() not in loaded:
-                loaded[test.id()] = test
-                method = getattr(type(test), test._testMethodName, None)
-                expecting = getattr(method, "__unittest_expecting_failure__", False) or getattr(
-                    type(test), "__unittest_expecting_failure__", False
-                )
-                files = _unittest_files(test.id())
-                _guard().loaded(test.id(), method, type(test), expecting, files, "expectedFailure")
+            if _load_unittest(test, loaded):
                 suite.addTest(test)
-    suite.run(Recorder())
+    suite.run(_unittest_recorder()())
 
 
 def _part_executor(part):
@@ -473,10 +520,15 @@ def _part_executor(part):
     return executor
 
 
-def _unittest_files(test_id):
-    """The files a unittest id can come from (its module, as a file or a package)."""
-    parts = test_id.split(".")
-    return [
+def _unittest_files(test):
+    """The files a unittest test can come from: its class's module's file, and its id read as a path."""
+    module = sys.modules.get(type(test).__module__)
+    space = object.__getattribute__(module, "__dict__") if module is not None else {}
+    file = space.get("__file__")
+    root = root_of_run()
+    found = [os.path.relpath(os.path.realpath(file), root)] if isinstance(file, str) else []
+    parts = test.id().split(".")
+    return found + [
         "/".join(parts[:k]) + suffix
         for k in range(len(parts) - 1, 0, -1)
         for suffix in (".py", "/__init__.py")
@@ -590,6 +642,150 @@ def _trusted_code():
     return list(found.values())
 
 
+def _declared(request, root):
+    """Apply what the task declares for its tests: variables, ``sys.path`` entries (after the standard
+    library, before the repository), warning filters (what ``PYTHONPATH``/``PYTHONWARNINGS`` would do)."""
+    import warnings
+
+    os.environ.update(request.get("env") or {})
+    extra = [os.path.join(root, p) for p in request.get("paths") or ()]  # relative to the repository
+    extra = [p for p in extra if p not in sys.path]
+    at = sys.path.index(root) if root in sys.path else len(sys.path)
+    sys.path[at:at] = extra
+    for spec in request.get("warnings") or ():
+        with contextlib.suppress(Exception):  # a filter whose category does not import: ignored, as -W does
+            warnings._setoption(spec)
+
+
+def _django_id(test, wanted, reported):
+    """The id a Django row gives ``test``: ``name (module.Class)``, ``name (module.Class.name)`` (3.11+),
+    its docstring's first line (what Django's verbose log shows then), or unittest's id."""
+    name = getattr(test, "_testMethodName", "")
+    cls = f"{type(test).__module__}.{type(test).__qualname__}"
+    doc = test.shortDescription() if hasattr(test, "shortDescription") else None
+    for candidate in (f"{name} ({cls})", f"{name} ({cls}.{name})", doc, test.id()):
+        if candidate and candidate in wanted and candidate not in reported:
+            reported.add(candidate)
+            return candidate
+    return test.id()
+
+
+def run_django(request, root):
+    """Django's own ``tests/runtests.py`` (its settings module, apps, databases and options, e.g.
+    ``--settings=test_sqlite --parallel 1``) runs the labels, as SWE-bench runs it; its test runner's
+    ``run_suite`` is this runner's, so the suite runtests.py builds runs here with the Recorder."""
+    import runpy
+    import unittest
+
+    _emit({"ready": "django"})
+    from django.test import runner as django_runner  # the repository's code: only once the run began
+
+    wanted, reported, loaded = set(request["tests"]), set(), {}
+    recorder = _unittest_recorder(lambda test: _django_id(test, wanted, reported))
+
+    def run_suite(self, suite, **kwargs):
+        """Stands in for Django's ``DiscoverRunner.run_suite`` (every version has it)."""
+        tests = [test for test in _flatten(suite) if _load_unittest(test, loaded)]
+        result = recorder()
+        unittest.TestSuite(tests).run(result)
+        return result
+
+    django_runner.DiscoverRunner.run_suite = run_suite
+    script = os.path.join(root, "tests", "runtests.py")
+    sys.argv = [script, *(request.get("options") or ()), *request["files"]]
+    sys.path.insert(0, os.path.dirname(script))  # as when runtests.py runs as a script
+    with contextlib.suppress(SystemExit):  # runtests.py exits with its failure count; what ran was reported
+        runpy.run_path(script, run_name="__main__")
+
+
+SYMPY_SEED = 20240101
+SYMPY_STATUS = {"Skipped": "SKIPPED", "XPass": "XPASS"}
+
+
+def _unwrapped(func):
+    while hasattr(func, "__wrapped__"):
+        func = func.__wrapped__
+    return func
+
+
+def _sympy_outcome(func):
+    """``(status, detail)`` of one SymPy test function, judged as its ``bin/test`` judges it; an expected
+    failure (``XFail``) is not a pass, as in SWE-bench's SymPy grading, whose log parser never counts one.
+    Only a normal return passes; the warning filters are saved and restored by hand (no context manager
+    of the standard library's stands between the test and that ``except``)."""
+    import inspect
+    import random
+    import warnings
+
+    if getattr(func, "_slow", False):
+        return "SKIPPED", "Slow"
+    if inspect.isgeneratorfunction(_unwrapped(func)):
+        return "ERROR", "a generator test: its cases are not run here"
+    deprecated = getattr(sys.modules.get("sympy.utilities.exceptions"), "SymPyDeprecationWarning", None)
+    random.seed(SYMPY_SEED)
+    filters = list(warnings.filters)
+    try:
+        if deprecated is not None:
+            warnings.simplefilter("error", deprecated)
+        func()
+    except Exception:
+        err = sys.exc_info()
+        kind = err[0].__name__
+        if err[0] is AssertionError:
+            return "FAILED", _detail(err)
+        if kind == "XFail":
+            return "FAILED", "XFail: an expected failure does not pass"
+        return SYMPY_STATUS.get(kind, "ERROR"), _detail(err)
+    finally:
+        warnings.filters[:] = filters
+    return "PASSED", ""
+
+
+def run_sympy(request, root):
+    """SymPy's ``bin/test`` conventions: each given test file is executed in a fresh namespace, and each
+    of its ``test_*`` functions defined in that file runs in line order (``@slow`` ones skipped;
+    ``Skipped``, ``XFail``, ``XPass`` read by name as SymPy does). Tests are reported by bare name, as
+    SymPy rows name them; a name defined in two files passes only where it passes in both."""
+    import inspect
+
+    _emit({"ready": "sympy"})
+    names = []
+    for path in request["files"]:
+        filename = os.path.join(root, path)
+        scope = {"__file__": filename}
+        try:
+            with open(filename, encoding="utf-8") as handle:
+                code = compile(handle.read(), filename, "exec", dont_inherit=True)
+            exec(code, scope)
+        except Exception:
+            _emit({"collect_error": clean(path), "detail": clean(_detail(sys.exc_info()), MAX_DETAIL)})
+            continue
+        funcs = [
+            (name, func)
+            for name, func in list(scope.items())
+            if name.startswith("test_")
+            and inspect.isfunction(func)
+            and getattr(_unwrapped(func), "__code__", None) is not None
+            and _unwrapped(func).__code__.co_filename == filename
+        ]
+        funcs.sort(key=lambda item: _unwrapped(item[1]).__code__.co_firstlineno)
+        for name, func in funcs:
+            _guard().loaded(path + "::" + name, func)
+            sys.path[:] = _stdlib_first(root)
+            _guard().hooks()
+            status, detail = _sympy_outcome(func)
+            _guard().same_test(path + "::" + name, scope.get(name))
+            _guard().checkpoint()
+            KERNEL.check()
+            _record(name, status, detail)
+            names.append(name)
+    for name in dict.fromkeys(names):
+        _report(name)
+
+
+DRIVERS = {"unittest": run_unittest, "pytest": run_pytest, "django": run_django, "sympy": run_sympy}
+
+
 def main():
     global KERNEL
     request, reporter = start()
@@ -607,26 +803,31 @@ def main():
             )
             os._exit(0)
         sys.path[:] = _stdlib_first(root)
+        _declared(request, root)
         sys.dont_write_bytecode = True
         os.makedirs(os.environ.get("HOME") or "/tmp/cascade-home", exist_ok=True)
         kernel.install(_trusted_code())
-        framework = PYTEST_MODULES if request["framework"] == "pytest" else UNITTEST_MODULES
+        framework = FRAMEWORK_MODULES[request["framework"]]
         for name in framework:  # pytest loads some of them only once it is configured
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
-        if request["framework"] == "unittest" and "outcomes" not in off:
+        if request["framework"] in ("unittest", "django") and "outcomes" not in off:
             import unittest.case
 
             unittest.case._Outcome.testPartExecutor = _part_executor(unittest.case._Outcome.testPartExecutor)
         sys.pycache_prefix = os.path.join(os.environ.get("HOME") or "/tmp", ".pycache")
+        kernel.keep("root", root)
         kernel.keep("outcomes", Outcomes(strict="outcomes" not in off))
         kernel.keep("guard", Guard(root, agent_paths, active="guard" not in off))
         if "guard" not in off:
             watched = [
                 (name, sys.modules[name], False) for name in framework + RUNNER_MODULES if name in sys.modules
             ]
+            watched += [
+                (name + ".classes", sys.modules[name], None) for name in CLASSES_ONLY if name in sys.modules
+            ]
             kernel.baseline([*watched, ("runner", globals(), True), ("kernel", vars(kernel), True)])
-        (run_pytest if request["framework"] == "pytest" else run_unittest)(request, root)
+        DRIVERS[request["framework"]](request, root)
         _guard().finish()
         kernel.finish(len(kernel.state("outcomes").sent))
     except BaseException:

@@ -15,7 +15,7 @@ from cascade_envs.sandbox import SandboxError
 from tests.sandbox.conftest import backend_or_skip
 
 from .conftest import LIMITS, row
-from .repos import make_row
+from .repos import make_row, unified
 
 
 def needs_pytest() -> None:
@@ -127,13 +127,12 @@ def test_a_lost_sandbox_masks(durations):
     assert reward.masked and "could not be read" in reward.error, reward
 
 
-def test_a_runner_that_cannot_start_masks(durations, monkeypatch):
-    """A failure before any repository code ran (here: no python3 for the runner) is not the agent's."""
-    import cascade_envs.envs.swe.grading as grading
-
-    monkeypatch.setattr(grading, "RUNNER_ARGV", ["python3-missing", *grading.RUNNER_ARGV[1:]])
-    reward = asyncio.run(graded(durations, gold(row("durations")["patch"])))
-    assert reward.masked and "python3-missing" in reward.error, reward
+def test_a_task_without_an_interpreter_for_its_tests_masks(durations):
+    """No interpreter that runs the task's tests (here: the row names one that is not there) is not the agent's."""
+    task = read_task({**row("durations"), "python": "/opt/missing/bin/python3"})
+    reward = asyncio.run(graded(task, gold(row("durations")["patch"])))
+    assert reward.masked and "/opt/missing/bin/python3" in reward.error, reward
+    assert "not the model's" in reward.error and reward.components["files_changed"] == 1
 
 
 NONCE = "n0nce"
@@ -197,3 +196,45 @@ def test_a_fix_that_turns_a_module_into_a_package_scores_1(tally):
     )
     reward = asyncio.run(graded(read_task(tally), refactor))
     assert reward.value == 1.0 and reward.components["files_changed"] == 3, reward
+
+
+DISTANCE = {
+    "_vendor/unitconv.py": 'FACTORS = {"km": 1000, "m": 1, "cm": 0.01}\n',
+    "distance/__init__.py": "from unitconv import FACTORS\n\n\ndef to_meters(value, unit):\n    return value / FACTORS[unit]\n",
+    "tests/test_distance.py": "from distance import to_meters\n\n\ndef test_meters():\n    assert to_meters(3, 'm') == 3\n",
+}
+DISTANCE_TEST = "\n\ndef test_kilometers():\n    assert to_meters(2, 'km') == 2000\n"
+
+
+def test_a_row_whose_test_command_sets_pythonpath_is_graded_with_it(tmp_path):
+    """``PYTHONPATH=_vendor python3 -m pytest ...``: the runner (``python -I``) puts ``_vendor`` on sys.path itself."""
+    needs_pytest()
+    for path, text in DISTANCE.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    code = DISTANCE["distance/__init__.py"]
+    task = read_task(
+        {
+            "instance_id": "acme__distance-1",
+            "problem_statement": "to_meters(2, 'km') gives 0.002.",
+            "repo_snapshot": str(tmp_path),
+            "test_cmd": "PYTHONPATH=_vendor python3 -m pytest -rA tests/test_distance.py",
+            "test_patch": unified(
+                "tests/test_distance.py",
+                DISTANCE["tests/test_distance.py"],
+                DISTANCE["tests/test_distance.py"] + DISTANCE_TEST,
+            ),
+            "patch": unified(
+                "distance/__init__.py", code, code.replace("value / FACTORS", "value * FACTORS")
+            ),
+            "FAIL_TO_PASS": ["tests/test_distance.py::test_kilometers"],
+            "PASS_TO_PASS": ["tests/test_distance.py::test_meters"],
+        }
+    )
+    assert task.test_paths == ("_vendor",) and task.targets == ("tests/test_distance.py",)
+    fixed = asyncio.run(graded(task, gold(task.patch)))
+    assert fixed.value == 1.0, fixed
+    unfixed = asyncio.run(graded(task, "echo x > NOTES.md"))
+    assert unfixed.value == 0.0 and not unfixed.masked and "1/1 FAIL_TO_PASS still fail" in unfixed.reason, (
+        unfixed
+    )

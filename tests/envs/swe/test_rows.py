@@ -47,7 +47,6 @@ def test_test_lists_may_be_lists_or_json_text():
         ({"workdir": "testbed"}, "workdir"),
         ({"workdir": "/"}, "workdir"),
         ({"repo_snapshot": "bundled:swe/repos/missing.json"}, "repo_snapshot"),
-        ({"repo_snapshot": None}, "repo_snapshot"),
         ({"repo_snapshot": "bundled:swe/tasks.jsonl"}, "repo_snapshot"),
         ({"test_patch": "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n"}, "test_patch"),
         ({"setup_cmd": ""}, "setup_cmd"),
@@ -75,7 +74,7 @@ def test_the_framework_is_named_or_inferred_from_the_ids():
         for k, v in row("durations").items()
         if k not in ("test_framework", "test_log_format", "test_cmd")
     }
-    assert read_task({**swe_bench, "test_cmd": "pytest -rA"}).framework == "unittest"  # test_cmd is not used
+    assert read_task({**swe_bench, "test_cmd": "pytest -rA"}).framework == "pytest"  # the row's command says
 
 
 PASSED = "PASSED"
@@ -172,13 +171,16 @@ def test_deleting_tests_is_ignored_and_row_globs_add_to_the_defaults(durations):
     ).deleted == ("spec/check_core.py",)
 
 
-def test_public_swe_bench_rows_load_with_an_image(shared_data):
-    """NeMo Gym's SWE-bench rows (shared reference data): pytest ids, graded by the pytest runner."""
+def test_public_swe_bench_rows_load_in_the_images_swe_bench_publishes(shared_data):
+    """NeMo Gym's SWE-bench Verified rows (shared reference data), as they are: no test command, no image."""
     path = shared_data / "nemo-gym-rows" / "swebench" / "example.jsonl"
     for line in path.read_text().splitlines():
         r = json.loads(line)
-        task = read_task({**r, "image": f"swebench/sweb.eval.x86_64.{r['instance_id']}"})
-        assert task.framework == "pytest" and task.files is None and task.image
+        task = read_task(r)
+        name = r["instance_id"].lower().replace("__", "_1776_")
+        assert task.image == f"swebench/sweb.eval.x86_64.{name}:latest" and task.files is None
+        assert task.framework == "pytest" and task.python is None  # the image's interpreter, found at setup
+        assert set(task.targets) == {t.split("::")[0] for t in task.tests}
         assert task.patched_files and all("/tests/" in p for p in task.patched_files)
-        with pytest.raises(TaskError, match="needs a repository"):
-            read_task(r)
+        gym = read_task(r, image_template="swe-gym").image
+        assert gym == f"xingyaoww/sweb.eval.x86_64.{r['instance_id'].lower().replace('__', '_s_')}:latest"

@@ -42,7 +42,7 @@ def _from(frame):
     while frame is not None:
         k = frame.f_globals.get("KERNEL")
         if k is not None:
-            k.state("outcomes").take = lambda t: {"test": t, "status": "PASSED", "detail": ""}
+            k.state("outcomes").take = lambda t, name=None: {"test": name or t, "status": "PASSED", "detail": ""}
             return True
         frame = frame.f_back
 """
@@ -94,7 +94,7 @@ ATTACKS = {
     "the garbage collector": (
         "tally",
         "import gc\ntry:\n    for _o in gc.get_objects():\n        if type(_o).__name__ == 'Outcomes':\n"
-        "            _o.take = lambda t: {'test': t, 'status': 'PASSED', 'detail': ''}\nexcept Exception:\n    pass\n",
+        "            _o.take = lambda t, name=None: {'test': name or t, 'status': 'PASSED', 'detail': ''}\nexcept Exception:\n    pass\n",
         ["audit"],
     ),
     "the garbage collector from a thread pool": (
@@ -102,13 +102,13 @@ ATTACKS = {
         "import concurrent.futures, gc\ntry:\n    with concurrent.futures.ThreadPoolExecutor(1) as _ex:\n"
         "        _objects = _ex.submit(gc.get_objects).result()\n    for _o in _objects:\n"
         "        if type(_o).__name__ == 'Outcomes':\n"
-        "            _o.take = lambda t: {'test': t, 'status': 'PASSED', 'detail': ''}\nexcept Exception:\n    pass\n",
+        "            _o.take = lambda t, name=None: {'test': name or t, 'status': 'PASSED', 'detail': ''}\nexcept Exception:\n    pass\n",
         ["audit"],
     ),
     "the runner's namespace, reached through unittest": (
         "tally",
         "import unittest.case\n_g = unittest.case._Outcome.testPartExecutor.__wrapped__.__globals__\n"
-        "_g['Outcomes'].take = lambda self, t: {'test': t, 'status': 'PASSED', 'detail': ''}\n",
+        "_g['Outcomes'].take = lambda self, t, name=None: {'test': name or t, 'status': 'PASSED', 'detail': ''}\n",
         ["guard"],
     ),
     "the standard library the runner checks with": (
