@@ -495,7 +495,13 @@ def _install(kernel, trusted_code):
     getframe, get_ident, modules = sys._getframe, _thread.get_ident, sys.modules
     type_, id_, len_, callable_, getattr_, list_ = type, id, len, callable, getattr, list
     str_, bytes_, int_, issubclass_, type_type, open_ = str, bytes, int, issubclass, type, open
-    refusal, os_error, object_repr = RuntimeError, OSError, object.__repr__
+    refusal, os_error, type_error, object_repr, as_int = (
+        RuntimeError,
+        OSError,
+        TypeError,
+        object.__repr__,
+        int.__index__,
+    )
 
     def text(value):
         return value[-2000:] if type_(value) is str_ else "<not text>"
@@ -718,14 +724,13 @@ def _install(kernel, trusted_code):
         box = args[-1]
         if type_(box) is not list_ or len_(box):
             return
-        if event == "cascade.signal":
-            if type_(args[0]) is int_:
-                box.append(on_signal(frame, args[0], args[1]))
-            return
-        if event == "cascade.getsignal":
-            if type_(args[0]) is int_:
-                box.append(handlers.get(args[0]) or own["getsignal"](args[0]))
-            return
+        if event == "cascade.signal" or event == "cascade.getsignal":
+            if not issubclass_(type_(args[0]), int_):
+                raise type_error("signal number must be an integer")
+            signum = as_int(args[0])  # an IntEnum's value, through int's own slot (no method of a subclass)
+            if event == "cascade.signal":
+                return box.append(on_signal(frame, signum, args[1]))
+            return box.append(handlers.get(signum) or own["getsignal"](signum))
         if event == "cascade.create_builtin":
             spec = args[0]
             if type_(spec) is not spec_type or type_(spec.name) is not str_:

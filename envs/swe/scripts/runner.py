@@ -252,8 +252,10 @@ class Probe:
         """Three instances of ``cls`` built without ``__init__``, every attribute its ``__init__`` names (and
         its dataclass fields and slots) set to random values of their own: no honest ``__eq__`` calls them
         equal, nor orders each before the other."""
-        names = set()
-        for klass in getattr(cls, "__mro__", ())[:-1]:
+        names, mro = set(), getattr(cls, "__mro__", ())
+        if any(klass.__module__ == "builtins" for klass in mro[1:-1]):
+            return []  # its state lives in a built-in base (a dict, a list...), not in attributes
+        for klass in mro[:-1]:
             init = vars(klass).get("__init__")
             names.update(getattr(getattr(init, "__code__", None), "co_names", ()))
             names.update(getattr(klass, "__dataclass_fields__", None) or ())
@@ -372,10 +374,11 @@ class Guard:
         self.always_equal(classes, instances)
 
     def _agent_classes(self):
+        """The classes the agent's modules define (not those they import) that define ``__eq__``."""
         for module in list(sys.modules.values()):
             if getattr(module, "__file__", None) and self.agent_file(module):
                 for value in list(vars(module).values()):
-                    if isinstance(value, type) and "__eq__" in vars(value):
+                    if isinstance(value, type) and "__eq__" in vars(value) and self.agent_file(value):
                         yield value
 
     def always_equal(self, classes, instances):

@@ -162,3 +162,31 @@ def test_episodes_through_the_env_find_the_image_s_interpreter_once(docker):
     assert fixed.reward.value == 1.0 and not fixed.reward.masked, fixed.reward
     assert unfixed.reward.value == 0.0 and not unfixed.reward.masked, unfixed.reward
     assert [i.path for i in found] == ["/opt/miniconda3/envs/testbed/bin/python"]  # probed once for the image
+
+
+RUN_SUITE_FAKED = (
+    "from django.test import runner as _runner\nimport unittest as _unittest\n"
+    "_runner.DiscoverRunner.run_suite = lambda self, suite, **kw: _unittest.TestResult()\n"
+)
+
+
+@pytest.mark.parametrize("which", ["django", "sympy"])
+def test_routes_into_the_runner_score_0_under_the_django_and_sympy_drivers(docker, which):
+    """The drivers of repositories with runners of their own keep the defences (``test_runner_defences.py``):
+    each payload, appended to the file the gold patch fixes, leaves the unfixed tests failing: 0, unmasked."""
+    from cascade_envs.envs.swe.task import diff_paths
+
+    from .test_runner_defences import ATTACKS
+
+    make = layout_rows.django_row if which == "django" else layout_rows.sympy_row
+    image = layout_rows.django_image() if which == "django" else layout_rows.sympy_image()
+    task = read_task(make(image))
+    target = diff_paths(task.patch)[0]
+    payloads = [
+        ATTACKS[name][1] for name in ("frames: sys._getframe to the runner's state", "the garbage collector")
+    ]
+    payloads += [RUN_SUITE_FAKED] if which == "django" else []
+    for payload in payloads:
+        agent = f"cat >> {target} <<'CASCADE_EOF'\n{payload}CASCADE_EOF\n"
+        reward = asyncio.run(graded(task, agent, 240, docker))
+        assert reward.value == 0.0 and not reward.masked, (payload[:60], reward)
