@@ -10,7 +10,7 @@ After a finished episode:
    the change is written into it (refusing symlinks and special files), and ``test_patch`` is
    applied with ``patch -p1`` reading it from stdin;
 3. the task's hidden tests are put in place (``test_setup_cmd``), and the project's runner
-   (``scripts/kernel.py`` + ``scripts/runner.py``, passed as source text, never a file the agent
+   (``scripts/``, its parts built into one program, passed as source text, never a file the agent
    could reach) runs the task's tests with unittest, pytest, Django's ``tests/runtests.py`` or
    SymPy's conventions under the task's interpreter (``interpreter.py``: the row's or the image's,
    probed before the change is written) in a hardened mode (``-I -B``: no user site, no
@@ -257,7 +257,7 @@ async def _grade_in(
             return Reward.failed(f"the task's test_setup_cmd failed in the clean room: {done.describe()}")
     nonce = secrets.token_hex(16)
     result = await room.arun(
-        [interpreter.path, *RUNNER_FLAGS, program("runner")],
+        [interpreter.path, *RUNNER_FLAGS, program()],
         json.dumps({**runner_request(task, nonce, sorted(change.written)), **options}),
         timeout_s=timeout_s,
         env={**RUNNER_ENV, "PATH": interpreter.env_path},

@@ -4,7 +4,7 @@ In the images people train and evaluate on, the repository's interpreter, depend
 tools live in an environment of their own, and the system ``python3`` has none of them:
 SWE-bench, SWE-Gym and SWE-smith images keep them in the conda env ``testbed``
 (``/opt/miniconda3/envs/testbed``, what SWE-bench's harness activates); R2E-Gym images in a venv
-beside the repository (``/testbed/.venv``). The runner (``scripts/runner.py``) must run there.
+beside the repository (``/testbed/.venv``). The runner (``scripts/``) must run there.
 
 ``Interpreters.find(session, task)`` picks, in this order, the first candidate that exists and
 imports the task's test framework under ``-I`` (``PROBES``: pytest, unittest, Django's test

@@ -11,6 +11,7 @@ from cascade_envs.core import TaskError
 from cascade_envs.envs.swe.datasets import dataset_of, eval_script_command, reverse_diff
 from cascade_envs.envs.swe.grading import runner_request, verdict
 from cascade_envs.envs.swe.interpreter import candidates
+from cascade_envs.envs.swe.scripts import RUNNER, program, source
 from cascade_envs.envs.swe.task import read_task
 from cascade_envs.envs.swe.testcmd import read_command
 
@@ -281,11 +282,20 @@ def test_the_image_s_interpreters_are_tried_in_order_and_a_row_s_own_is_the_only
     assert read_task({**SWE_BENCH, "python": ".venv/bin/python"}).python == "/testbed/.venv/bin/python"
 
 
-@pytest.mark.parametrize("name", ["runner", "collect"])
+@pytest.mark.parametrize("name", [*RUNNER, "collect"])
 def test_the_sandbox_scripts_keep_to_python_3_6_syntax(name):
     """They run under the image's interpreter: SWE-bench's Django 3.x envs are Python 3.6."""
     import ast
 
-    from cascade_envs.envs.swe.scripts import source
-
     ast.parse(source(name), feature_version=(3, 6))
+
+
+def test_the_runner_program_is_one_namespace_within_argv_limits():
+    """Its parts' relative imports are left out (each name is defined by a part before); Linux caps one
+    argument at 128 KiB."""
+    import ast
+
+    text = program()
+    inner = ast.literal_eval(ast.parse(text).body[0].value.args[0].args[0])  # exec(compile(<text>, ...))
+    assert "from ." not in inner and "def install_hook" in inner and "def main" in inner
+    assert len(text.encode()) < 128 * 1024 - 4096

@@ -29,7 +29,7 @@ import pytest
 
 from cascade_envs.envs.swe.changes import manifest
 from cascade_envs.envs.swe.grading import grade, open_workspace
-from cascade_envs.envs.swe.scripts import kernel
+from cascade_envs.envs.swe.scripts import hook, kernel, supervisor
 from cascade_envs.envs.swe.task import read_task
 from tests.sandbox.conftest import backend_or_skip
 
@@ -289,7 +289,7 @@ def _nested(code: types.CodeType):
 
 
 @pytest.mark.parametrize(
-    "factory", [kernel._install, kernel._make_core, kernel._make_sender, kernel._make_checker]
+    "factory", [hook.install_hook, kernel._make_core, supervisor._make_sender, supervisor._make_checker]
 )
 def test_the_hooks_code_looks_up_no_global(factory):
     """Code under test can rebind the runner's globals; what runs inside the audit hook reads none."""
