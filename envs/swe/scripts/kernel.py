@@ -24,8 +24,6 @@ Inside the hook nothing of the agent's runs: arguments are type-checked before a
 import os
 import sys
 
-from .supervisor import not_dumpable
-
 NEAR = 3
 """Innermost frames an introspection call needs trusted (``logging``'s own is 4 deep)."""
 RUNNER_NAME = "<cascade-runner>"
@@ -191,7 +189,8 @@ class Kernel:
 
     ``keep``/``state`` hold the runner's objects, ``flag`` records tampering, ``baseline`` fingerprints
     what must not change and ``check`` compares them, ``report`` sends a record after comparing them,
-    ``finish`` sends the findings and ``finished``. Once ``install``ed, each is a request to the audit hook, which holds
+    ``finish`` sends the findings and ``finished``. Once the hook is installed (``hook.install``), each is a
+    request to the audit hook, which holds
     that state where no code of the agent's can reach it and serves only the runner's own code.
     """
 
@@ -211,19 +210,6 @@ class Kernel:
         )
         self.report, self.finish = core["report"], core["finish"]
         self.flag = lambda reason: core["note"]("tampered", reason)
-
-    def install(self, trusted_code):
-        """Add the audit hook (Python >= 3.8) around the runner's ``trusted_code``; why not, or ``None``."""
-        not_dumpable()
-        if "audit" in self.off:
-            return "the audit hook is off (defences_off)"
-        if sys.version_info < (3, 8):
-            return "Python %d.%d has no audit hooks" % sys.version_info[:2]
-        from .hook import install_hook  # (a cycle: the hook uses this module's names)
-
-        for name, function in install_hook(self, trusted_code).items():
-            setattr(self, name, function)
-        return None
 
 
 def _requests(audit):

@@ -48,6 +48,7 @@ from .guard import (
     _stdlib_first,
     use_kernel,
 )
+from .hook import install
 from .kernel import Kernel, clean
 from .supervisor import start
 
@@ -102,7 +103,7 @@ def main():
         _declared(request, root)
         sys.dont_write_bytecode = True
         os.makedirs(os.environ.get("HOME") or "/tmp/cascade-home", exist_ok=True)
-        kernel.install(_trusted_code())
+        install(kernel, _trusted_code())
         framework = FRAMEWORK_MODULES[request["framework"]]
         for name in framework:  # pytest loads some of them only once it is configured
             with contextlib.suppress(ImportError):
