@@ -27,16 +27,19 @@ from ..policy import SamplingParams
 from . import checkpoint as ckpt
 from .advantages import make_estimator
 from .batch import BatchBuilder, RolloutBatch
-from .checks import validate
+from .checks import check_single_process, validate
 from .config import Config, OptimConfig, check_output_dir, model_path
 from .engine import RolloutEngine, make_engine
 from .evaluation import score_env
+from .layout import PassSize, choose, pass_size
 from .metrics import MetricsLogger, rollout_metrics
-from .model import MicroBatch, autocast, load_model, return_freed_memory_to_the_os
+from .model import MicroBatch, load_model, return_freed_memory_to_the_os
 from .packing import PackedBatch, layout_metrics, make_pass, pass_logprobs, plan_passes, share_prompts
+from .passes import DeviceSums, build_passes, logprob_mismatch
+from .precision import autocast, compute_dtype, use_float32_head
 from .sequence import TokenScores, TrainSequence
-from .sources import HFScorer, InferenceLogprobs, LogprobSource, source_tensors
-from .strategies import LossInputs, SourceTensors, make_strategy
+from .sources import HFScorer, InferenceLogprobs, LogprobSource
+from .strategies import LossInputs, make_strategy
 from .teachers import load_teachers
 
 log = logging.getLogger("cascade_envs.trainer")
@@ -75,9 +78,12 @@ class Trainer:
         teachers: LogprobSource | None = None,
     ):
         validate(config)  # a Config built or changed in code gets the checks load_config makes
+        self._check_processes(config)
         self.config = config
         self.output_dir = check_output_dir(config.train.output_dir, create=True)
         resume = self._find_checkpoint() if config.train.resume else None
+        if not config.train.resume:
+            self._start_fresh()
         seed_everything(config.train.seed + self.rank)
         weights, env_kwargs = config.mix_weights()
         seed = config.train.seed if config.mix.seed is None else config.mix.seed
@@ -99,11 +105,13 @@ class Trainer:
             _load_weights(model, resume_from)
         if tokenizer is None:
             raise CascadeError("Trainer: a model passed in needs its tokenizer too")
+        device = next(model.parameters()).device
+        use_float32_head(model, config.model, device)
         self.rollout_model = model
         """What the rollout engine generates with: the training model itself, except in a sharded run."""
         model = self._prepare_model(model)
         self.model, self.tokenizer = model, tokenizer
-        self.device = next(model.parameters()).device
+        self.device = device
         if self.device.type == "cpu":
             return_freed_memory_to_the_os()
         self.pad_id = _pad_id(tokenizer)
@@ -117,7 +125,9 @@ class Trainer:
             eps=o.eps,
             weight_decay=o.weight_decay,
         )
-        self.engine = engine or make_engine(config.rollout, self.rollout_model, tokenizer)
+        self.engine = engine or make_engine(
+            config.rollout, self.rollout_model, tokenizer, compute_dtype(config.model, self.device)
+        )
         self.builder = BatchBuilder(
             self.engine,
             self.mix,
@@ -132,6 +142,10 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.heldout: dict[str, dict[str, Any]] = {}
         """Held-out scores (``heldout:`` in the config): ``base`` before the first step, ``trained`` after the last."""
+        self.packed: bool | None = None
+        """The optimizer pass's layout (``train.packing``; ``auto`` is decided at the first step: ``layout.py``)."""
+        self.layout_note = ""
+        """Why the run uses its layout (logged once)."""
         if resume is not None:
             self._restore(*resume)
 
@@ -153,12 +167,39 @@ class Trainer:
         """The sequences this process trains on (all of them, here)."""
         return sequences
 
-    def _micro_batches(self, sequences: list[TrainSequence]) -> list[list[int]]:
+    def _check_processes(self, config: Config) -> None:
+        """Settings that need a sharded run are refused in this single process."""
+        check_single_process(config.train)
+
+    def _start_fresh(self) -> None:
+        """``train.resume: false``: an earlier run's records in ``output_dir`` are set aside, never appended to."""
+        moved = ckpt.set_aside_earlier_run(self.output_dir)
+        if moved is not None:
+            log.warning(
+                "train.resume is false: the earlier run in %s was moved to %s", self.output_dir, moved
+            )
+
+    def _micro_batches(self, sequences: list[TrainSequence], size: PassSize, packed: bool) -> list[list[int]]:
         """Index lists of the passes (packed rows or padded micro-batches); an empty list is a pass
         that only keeps ranks in step."""
-        t = self.config.train
+        return plan_passes(sequences, packed, size, share_prompts(self.model))
+
+    def _choose_layout(self, sequences: list[TrainSequence], size: PassSize) -> tuple[bool, str]:
+        """``train.packing`` as set, or ``auto``'s choice (``layout.choose``), timing this step's first passes."""
         share = share_prompts(self.model)
-        return plan_passes(sequences, t.packing, t.pack_tokens, self.config.optim.micro_batch_size, share)
+
+        def one_pass(packed: bool) -> int:
+            rows = [sequences[i] for i in plan_passes(sequences, packed, size, share)[0]]
+            mb = make_pass(rows, self.pad_id, self.model, packed, share)
+            logp, _ = self._logprobs(mb)
+            (logp * mb.response_mask).sum().backward()
+            self.optimizer.zero_grad(set_to_none=True)
+            return sum(len(s.prompt_ids) + len(s.response_ids) for s in rows)
+
+        try:
+            return choose(self.config.train.packing, self.model, one_pass)
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)  # a pass that failed halfway may have left gradients
 
     def _idle_pass(self) -> None:
         raise AssertionError("a single-process run has no idle micro-batch")
@@ -234,7 +275,8 @@ class Trainer:
         if unreadable:
             raise ckpt.CheckpointError(
                 f"no readable checkpoint to resume from in {ckpt.checkpoint_dir(self.output_dir)} "
-                f"(unreadable: {', '.join(unreadable)}); move them away, or set train.resume=false to start over"
+                f"(unreadable: {', '.join(unreadable)}); move them away, or set train.resume=false to start over "
+                "(the earlier run is then moved to earlier_runs/)"
             )
         return None
 
@@ -363,7 +405,10 @@ class Trainer:
         return metrics
 
     def _optimize(self, batch: RolloutBatch, step: int) -> dict[str, Any]:
-        """One optimizer step: every source scores the batch, then the strategy's loss micro-batch by micro-batch."""
+        """One optimizer step: every source scores the batch, then the strategy's loss pass by pass.
+
+        Metric sums stay on the device until the step ends (one read), and on a GPU every pass's
+        inputs are built before the first forward, so no pass waits on the host."""
         start = time.perf_counter()
         o = self.config.optim
         lr = warmup_lr(o, step)
@@ -375,21 +420,19 @@ class Trainer:
         scores, metrics = self._score(sequences)
         n_tokens = sum(seq.trained_tokens for seq in batch.sequences)  # the whole step's, on every rank
         n_sequences = sum(1 for seq in batch.sequences if seq.trained_tokens)
-        sums: dict[str, float] = {}
-        loss_sum = entropy_sum = mismatch_sum = mismatch_n = 0.0
-        t, share = self.config.train, share_prompts(self.model)
-        for part in self._micro_batches(sequences):
-            if not part:
+        size = pass_size(self.config.train.pack_tokens, o.micro_batch_size, self.model)
+        if self.packed is None:
+            self.packed, self.layout_note = self._choose_layout(sequences, size)
+            log.info(self.layout_note)
+        share = share_prompts(self.model)
+        sums, own = DeviceSums(), DeviceSums()
+        passes_start = time.perf_counter()
+        plan = self._micro_batches(sequences, size, self.packed)
+        for item in build_passes(sequences, scores, plan, self.model, self.pad_id, self.packed, share):
+            if item is None:
                 self._idle_pass()
                 continue
-            rows = [sequences[i] for i in part]
-            mb = make_pass(rows, self.pad_id, self.model, t.packing, share)
-            tensors = {
-                name: source_tensors(
-                    [scores[name][i] for i in part], rows, mb.response_ids.shape[1], self.device
-                )
-                for name in scores
-            }
+            mb, rows, tensors = item
             logp, entropy = self._logprobs(mb)
             inputs = LossInputs(
                 logp,
@@ -402,21 +445,15 @@ class Trainer:
             )
             loss, part_sums = self.strategy.loss(inputs)
             loss.backward()
-            loss_sum += loss.item()
-            for key, value in part_sums.items():
-                sums[key] = sums.get(key, 0.0) + value
-            entropy_sum += float((entropy * mb.response_mask).sum())
-            d, n = _logprob_mismatch(logp.detach(), mb.response_mask, tensors["inference"])
-            mismatch_sum, mismatch_n = mismatch_sum + d, mismatch_n + n
+            sums.add(part_sums)
+            d, n = logprob_mismatch(logp.detach(), mb.response_mask, tensors["inference"])
+            own.add({"loss": loss.detach(), "entropy": (entropy * mb.response_mask).sum(), "d": d, "n": n})
             del logp, entropy, loss, inputs
-        sums = self._reduce(sums)
-        totals = self._reduce({"loss": loss_sum, "entropy": entropy_sum, "d": mismatch_sum, "n": mismatch_n})
-        loss_sum, entropy_sum, mismatch_sum, mismatch_n = (
-            totals["loss"],
-            totals["entropy"],
-            totals["d"],
-            totals["n"],
-        )
+        local = own.floats()  # the step's one read of the device: every pass has run
+        passes_s = time.perf_counter() - passes_start
+        totals = self._reduce(local)
+        step_sums = self._reduce(sums.floats())
+        loss_sum = totals.get("loss", 0.0)
         if not math.isfinite(loss_sum):
             self._fail(step, f"the loss is {loss_sum}")
         grad_norm = self._clip_grad_norm()
@@ -426,17 +463,26 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
         train_s = time.perf_counter() - start
+        mismatch_n = totals.get("n", 0.0)
         return {
             "train/loss": loss_sum,
             "train/grad_norm": grad_norm,
             "train/lr": lr,
-            "train/entropy": entropy_sum / max(n_tokens, 1),
+            "train/entropy": totals.get("entropy", 0.0) / max(n_tokens, 1),
             "train/tokens": float(n_tokens),
-            **self._reduce(layout_metrics(sequences, o.micro_batch_size, t.pack_tokens, share)),
-            "train/inference_logprob_abs_diff": mismatch_sum / mismatch_n if mismatch_n else float("nan"),
-            **self.strategy.finish_metrics(sums),
+            "train/sequence_tokens": float(
+                sum(len(q.prompt_ids) + len(q.response_ids) for q in batch.sequences)
+            ),
+            "train/packed": float(self.packed),
+            "train/pass_tokens": float(size.tokens),
+            **self._reduce(layout_metrics(sequences, size, share)),
+            "train/inference_logprob_abs_diff": totals.get("d", 0.0) / mismatch_n
+            if mismatch_n
+            else float("nan"),
+            **self.strategy.finish_metrics(step_sums),
             **metrics,
             "time/training_s": train_s,
+            "time/passes_s": passes_s,
             "throughput/train_tokens_per_s": n_tokens / max(train_s, 1e-9),
         }
 
@@ -495,12 +541,6 @@ def warmup_lr(optim: OptimConfig, step: int) -> float:
         optim.warmup_start_lr
         + (optim.lr - optim.warmup_start_lr) * (step - 1) / max(optim.warmup_steps - 1, 1)
     )
-
-
-def _logprob_mismatch(logp: torch.Tensor, mask: torch.Tensor, inference: SourceTensors) -> tuple[float, int]:
-    """Sum and count of |train logp - inference logp| over trained tokens the engine reported logprobs for."""
-    keep = mask.bool() & torch.isfinite(inference.logp)
-    return float((logp - inference.logp).abs()[keep].sum()), int(keep.sum())
 
 
 def _pad_id(tokenizer: Any) -> int:
