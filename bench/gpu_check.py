@@ -10,8 +10,8 @@ out of time fills its row with the reason; the others still run):
   0.4B/1.4B parameters): build the model, then ``bench_grpo_vs_trl.py``'s sides, ours then TRL, each
   8 prompts x 8 rollouts x 256 new tokens, strictly on-policy, 3 steps, every sample scored
   (``--score-cut``), means over steps 2-3;
-- ``fsdp``: ``cascade-envs train --nproc 1`` on the first size's model: one FSDP2 rank (NCCL on a
-  GPU, gloo on CPU), 2 steps.
+- ``fsdp`` (last, so that the comparison gets the time first): ``cascade-envs train --nproc 1`` on the
+  first size's model: one FSDP2 rank (NCCL on a GPU, gloo on CPU), 2 steps.
 
 Columns: step s; generation s (generated tokens/s); training pass s (forward + backward of the loss)
 and its MFU (6 x parameters x trained sequence tokens per second over the GPU's dense bf16 peak);
@@ -277,12 +277,12 @@ def run(args: argparse.Namespace, work: Path) -> int:
         params = sides["ours"].get("params") or sides["trl"].get("params")
         rows += [(f"{size} ({fmt_params(params)})", "ours", sides["ours"]), ("", "TRL", sides["trl"])]
         verdicts.append(verdict(size, sides["ours"], sides["trl"]))
-        if size == sizes[0] and "error" not in built:  # one FSDP2 rank on the first size's model
-            argv = [sys.executable, str(BENCH / "gpu_check.py"), "--stage", "fsdp"]
-            argv += ["--model-dir", str(work / f"model-{size}"), "--out", str(work / "fsdp")]
-            argv += ["--fsdp-tokens", "8" if smoke else "64"]
-            path = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))
-            fsdp = check.stage("fsdp", argv, 90 if smoke else 120, env={"PYTHONPATH": path})
+    if "error" not in built:  # last (the comparison first): one FSDP2 rank on the first size's model
+        argv = [sys.executable, str(BENCH / "gpu_check.py"), "--stage", "fsdp"]
+        argv += ["--model-dir", str(work / f"model-{sizes[0]}"), "--out", str(work / "fsdp")]
+        argv += ["--fsdp-tokens", "8" if smoke else "64"]
+        path = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))
+        fsdp = check.stage("fsdp", argv, 90 if smoke else 120, env={"PYTHONPATH": path})
     rows.append(("FSDP2", f"ours, {'NCCL' if device == 'cuda' else 'gloo'}", fsdp_row(fsdp, device)))
     where = env.get("gpu") or "CPU (smoke)"
     title = (

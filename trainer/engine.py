@@ -79,8 +79,8 @@ class HFEngine(RolloutEngine):
         moved = sorted({"dtype", "device"} & set(policy_kwargs))
         if moved:  # HFPolicy would move or cast the training model itself
             raise CascadeError(
-                f"rollout.engine_kwargs.{moved[0]}: the HF engine generates with the training model in "
-                f"its precision; set model.{moved[0]} (or model.mixed_precision) instead"
+                f"rollout.engine_kwargs.{moved[0]}: the HF engine generates with the training model; "
+                f"set model.{moved[0]} instead"
             )
         policy_kwargs.setdefault("max_batch_size", self.DEFAULT_MAX_BATCH_SIZE)
         self.policy = HFPolicy(model, tokenizer, autocast_dtype=autocast_dtype, **policy_kwargs)
