@@ -12,7 +12,9 @@ each step, never from the host: no pass waits on a device read.
 (``attention.packed_kernel``: flex block masks, or flash-attention varlen; on CUDA the default
 attention gives one), the first optimizer step times one pass of each layout on its own sequences
 (after an untimed pass that compiles) and the run keeps the faster per token; a layout that fails
-there (a kernel that does not compile, or flex on CPU, which has no backward) is left out. Otherwise a
+there (a kernel that does not compile, or flex on CPU, which has no backward) is left out, and a packed
+layout chosen so that fails at a later pass (a recompile, out of memory) turns padded for the rest of the
+run, that step's passes redone (``Trainer._optimize``). Otherwise a
 rule: packed on CPU (the dense tree mask halves the CPU pass at the default run's shape: 2,752 padded
 against 1,260 packed tokens per step), padded on CUDA (a dense mask gets no fused kernel: measured
 18x slower than the padded pass on an H200). A sharded run never measures (its ranks must agree):

@@ -24,29 +24,25 @@ import torch
 from ..core import CascadeError
 from ..mix import EnvMix
 from ..policy import SamplingParams
-from . import checkpoint as ckpt
 from .advantages import make_estimator
 from .batch import BatchBuilder, RolloutBatch
 from .checks import check_single_process, validate
 from .config import Config, OptimConfig, check_output_dir, model_path
 from .engine import RolloutEngine, make_engine
 from .evaluation import score_env
-from .layout import PassSize, choose, pass_size
+from .layout import PassSize, choose, fused, pass_size
 from .metrics import MetricsLogger, rollout_metrics
 from .model import MicroBatch, load_model, return_freed_memory_to_the_os
 from .packing import PackedBatch, layout_metrics, make_pass, pass_logprobs, plan_passes, share_prompts
 from .passes import DeviceSums, build_passes, logprob_mismatch
 from .precision import autocast, compute_dtype, use_float32_head
+from .resume import Checkpointing, TrainingError, load_weights
 from .sequence import TokenScores, TrainSequence
 from .sources import HFScorer, InferenceLogprobs, LogprobSource
-from .strategies import LossInputs, make_strategy
+from .strategies import LossInputs, SourceTensors, make_strategy
 from .teachers import load_teachers
 
 log = logging.getLogger("cascade_envs.trainer")
-
-
-class TrainingError(CascadeError):
-    """Training cannot go on (e.g. a NaN loss); the message says what to do."""
 
 
 def seed_everything(seed: int) -> None:
@@ -55,7 +51,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class Trainer:
+class Trainer(Checkpointing):
     """On-policy RL on an env mix with a Hugging Face model, for any loss strategy (GRPO by default);
     ``train()`` runs the steps.
 
@@ -102,7 +98,7 @@ class Trainer:
             model_path(config.model.path)  # a clear error for a bad path, even when resuming
             model, tokenizer = load_model(config.model, path=resume_from)
         elif resume_from is not None:
-            _load_weights(model, resume_from)
+            load_weights(model, resume_from)
         if tokenizer is None:
             raise CascadeError("Trainer: a model passed in needs its tokenizer too")
         device = next(model.parameters()).device
@@ -146,6 +142,8 @@ class Trainer:
         """The optimizer pass's layout (``train.packing``; ``auto`` is decided at the first step: ``layout.py``)."""
         self.layout_note = ""
         """Why the run uses its layout (logged once)."""
+        self._measured_packed = False
+        """The layout is packed because it measured faster (a later failure then falls back to padded)."""
         if resume is not None:
             self._restore(*resume)
 
@@ -171,14 +169,6 @@ class Trainer:
         """Settings that need a sharded run are refused in this single process."""
         check_single_process(config.train)
 
-    def _start_fresh(self) -> None:
-        """``train.resume: false``: an earlier run's records in ``output_dir`` are set aside, never appended to."""
-        moved = ckpt.set_aside_earlier_run(self.output_dir)
-        if moved is not None:
-            log.warning(
-                "train.resume is false: the earlier run in %s was moved to %s", self.output_dir, moved
-            )
-
     def _micro_batches(self, sequences: list[TrainSequence], size: PassSize, packed: bool) -> list[list[int]]:
         """Index lists of the passes (packed rows or padded micro-batches); an empty list is a pass
         that only keeps ranks in step."""
@@ -197,7 +187,9 @@ class Trainer:
             return sum(len(s.prompt_ids) + len(s.response_ids) for s in rows)
 
         try:
-            return choose(self.config.train.packing, self.model, one_pass)
+            packed, note = choose(self.config.train.packing, self.model, one_pass)
+            self._measured_packed = packed and self.config.train.packing == "auto" and fused(self.model)
+            return packed, note
         finally:
             self.optimizer.zero_grad(set_to_none=True)  # a pass that failed halfway may have left gradients
 
@@ -214,17 +206,6 @@ class Trainer:
 
     def _sync_engine(self) -> None:
         self.engine.sync_weights(self.model)
-
-    def _load_optimizer(self, path: Path, state: dict[str, Any]) -> None:
-        if ckpt.is_sharded(state):  # written by a sharded run: the optimizer state is in its shards
-            from .parallel.dcp import load_unsharded
-
-            load_unsharded(path / ckpt.SHARDED_DIR, self.model, self.optimizer)
-        else:
-            self.optimizer.load_state_dict(state["optimizer"])
-
-    def _restore_rng(self, path: Path, state: dict[str, Any]) -> None:
-        ckpt.set_rng_state(state["rng"])
 
     # ----- setup ---------------------------------------------------------------------------------
 
@@ -262,60 +243,6 @@ class Trainer:
             top1=False,
             autocast=lambda: autocast(self.config.model, self.device),
         )
-
-    def _find_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
-        """The newest readable checkpoint and its state; unreadable ones are skipped with a warning."""
-        unreadable: list[str] = []
-        for path in reversed(ckpt.list_checkpoints(self.output_dir)):
-            try:
-                return path, ckpt.load_state(path)
-            except ckpt.CheckpointError as exc:
-                log.warning("%s; trying the previous checkpoint", exc)
-                unreadable.append(str(path))
-        if unreadable:
-            raise ckpt.CheckpointError(
-                f"no readable checkpoint to resume from in {ckpt.checkpoint_dir(self.output_dir)} "
-                f"(unreadable: {', '.join(unreadable)}); move them away, or set train.resume=false to start over "
-                "(the earlier run is then moved to earlier_runs/)"
-            )
-        return None
-
-    def _restore(self, path: Path, state: dict[str, Any]) -> None:
-        self._load_optimizer(path, state)
-        self.mix.load_state_dict(state["mix"])
-        if "batch" in state:  # checkpoints written before adaptive oversampling have no keep-rate estimate
-            self.builder.load_state_dict(state["batch"])
-        self.step = int(state["step"])
-        self._restore_rng(path, state)
-        self.logger.truncate_after(self.step)
-        self.last_checkpoint = self.resumed_from = path
-        log.info("resumed from step %d (%s)", self.step, path)
-
-    def save(self) -> Path:
-        """Write a checkpoint of the current step; refuses weights that are no longer finite."""
-        bad = next(
-            (name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())), None
-        )
-        if bad is not None:
-            where = (
-                f"the last good checkpoint is {self.last_checkpoint}"
-                if self.last_checkpoint
-                else "none was written"
-            )
-            raise TrainingError(
-                f"step {self.step}: weight {bad} is not finite, so no checkpoint was written ({where}). "
-                "Lower optim.lr, or use float32 (model.dtype=float32)."
-            )
-        state = {
-            "optimizer": self.optimizer.state_dict(),
-            "mix": self.mix.state_dict(),
-            "batch": self.builder.state_dict(),
-            "config": self.config.to_dict(),
-        }
-        self.last_checkpoint = ckpt.save_checkpoint(
-            self.output_dir, self.step, self.model, self.tokenizer, state, self.config.train.keep_checkpoints
-        )
-        return self.last_checkpoint
 
     # ----- the loop ------------------------------------------------------------------------------
 
@@ -425,30 +352,20 @@ class Trainer:
             self.packed, self.layout_note = self._choose_layout(sequences, size)
             log.info(self.layout_note)
         share = share_prompts(self.model)
-        sums, own = DeviceSums(), DeviceSums()
         passes_start = time.perf_counter()
-        plan = self._micro_batches(sequences, size, self.packed)
-        for item in build_passes(sequences, scores, plan, self.model, self.pad_id, self.packed, share):
-            if item is None:
-                self._idle_pass()
-                continue
-            mb, rows, tensors = item
-            logp, entropy = self._logprobs(mb)
-            inputs = LossInputs(
-                logp,
-                mb.response_mask,
-                mb.advantages,
-                float(n_tokens),
-                n_sequences,
-                {name: tensors[name] for name in self.strategy.sources},
-                tuple(s.env_id for s in rows),
-            )
-            loss, part_sums = self.strategy.loss(inputs)
-            loss.backward()
-            sums.add(part_sums)
-            d, n = logprob_mismatch(logp.detach(), mb.response_mask, tensors["inference"])
-            own.add({"loss": loss.detach(), "entropy": (entropy * mb.response_mask).sum(), "d": d, "n": n})
-            del logp, entropy, loss, inputs
+        try:
+            sums, own = self._passes(sequences, scores, size, float(n_tokens), n_sequences)
+        except Exception as exc:
+            if not self._measured_packed:
+                raise
+            # a measured packed layout that fails later (a kernel recompiled for a new row length, or out of
+            # memory): padded for the rest of the run, this step's passes again
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            self.packed, self._measured_packed = False, False
+            self.layout_note += f"; packed failed at step {step} ({first}) -> padded"
+            log.warning(self.layout_note)
+            self.optimizer.zero_grad(set_to_none=True)
+            sums, own = self._passes(sequences, scores, size, float(n_tokens), n_sequences)
         local = own.floats()  # the step's one read of the device: every pass has run
         passes_s = time.perf_counter() - passes_start
         totals = self._reduce(local)
@@ -485,6 +402,36 @@ class Trainer:
             "time/passes_s": passes_s,
             "throughput/train_tokens_per_s": n_tokens / max(train_s, 1e-9),
         }
+
+    def _passes(
+        self,
+        sequences: list[TrainSequence],
+        scores: dict[str, list[TokenScores]],
+        size: PassSize,
+        n_tokens: float,
+        n_sequences: int,
+    ) -> tuple[DeviceSums, DeviceSums]:
+        """Forward and backward of every pass of the step; the strategy's metric sums and the loop's own."""
+        assert self.packed is not None
+        sums, own = DeviceSums(), DeviceSums()
+        plan = self._micro_batches(sequences, size, self.packed)
+        share = share_prompts(self.model)
+        for item in build_passes(sequences, scores, plan, self.model, self.pad_id, self.packed, share):
+            if item is None:
+                self._idle_pass()
+                continue
+            mb, rows, tensors = item
+            logp, entropy = self._logprobs(mb)
+            sources: dict[str, SourceTensors] = {name: tensors[name] for name in self.strategy.sources}
+            envs = tuple(s.env_id for s in rows)
+            inputs = LossInputs(logp, mb.response_mask, mb.advantages, n_tokens, n_sequences, sources, envs)
+            loss, part_sums = self.strategy.loss(inputs)
+            loss.backward()
+            sums.add(part_sums)
+            d, n = logprob_mismatch(logp.detach(), mb.response_mask, tensors["inference"])
+            own.add({"loss": loss.detach(), "entropy": (entropy * mb.response_mask).sum(), "d": d, "n": n})
+            del logp, entropy, loss, inputs
+        return sums, own
 
     def _score(self, sequences: list[TrainSequence]) -> tuple[dict[str, list[TokenScores]], dict[str, float]]:
         """Every source's scores of the batch, one call each, and how long each took (``time/<source>_s``)."""
@@ -549,12 +496,3 @@ def _pad_id(tokenizer: Any) -> int:
         if isinstance(value, int):
             return value
     return 0
-
-
-def _load_weights(model: Any, path: Path) -> None:
-    from transformers import AutoModelForCausalLM
-
-    loaded = AutoModelForCausalLM.from_pretrained(
-        path, dtype=next(model.parameters()).dtype, use_safetensors=True
-    )
-    model.load_state_dict(loaded.state_dict())

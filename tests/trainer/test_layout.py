@@ -142,3 +142,27 @@ def test_auto_measures_fused_layouts_and_the_measurement_leaves_the_update_alone
     assert mf["train/loss"] == pytest.approx(mp["train/loss"], abs=1e-6)
     for a, b in zip(flex.model.parameters(), padded.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_measured_packed_layout_that_fails_later_falls_back_to_padded(
+    make_config, tmp_path, monkeypatch, caplog
+):
+    """Here the measurement is made to pick flex rows; their first real pass fails (no CPU backward), so
+    the run goes on padded, with one warning, and the step's update is the padded one."""
+    from cascade_envs.trainer import loop
+
+    monkeypatch.setattr(loop, "choose", lambda setting, model, run_pass: (True, "measured: packed"))
+    flex = Trainer(
+        make_config(
+            model={"attn_implementation": "flex_attention"}, train={"output_dir": str(tmp_path / "f")}
+        )
+    )
+    with caplog.at_level(logging.WARNING, logger="cascade_envs.trainer"):
+        mf = flex.train_step()
+    assert flex.packed is False and mf["train/packed"] == 0.0
+    assert "measured: packed; packed failed at step 1 (FlexAttention does not support backward" in caplog.text
+    padded = Trainer(make_config(train={"packing": False, "output_dir": str(tmp_path / "p")}))
+    mp = padded.train_step()
+    assert mf["train/loss"] == pytest.approx(mp["train/loss"], abs=1e-6)
+    for a, b in zip(flex.model.parameters(), padded.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
