@@ -186,7 +186,7 @@ def table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
 def verdict(size: str, ours: dict[str, Any], trl: dict[str, Any]) -> str:
     """The issue's bar: step <= 0.5x TRL's, pass <= 1x, generation >= 2x TRL's tokens/s, gap <= 0.02."""
     if "error" in ours or "error" in trl:
-        return f"{size}: no verdict (a side failed)"
+        return f"bar, {size}: no verdict (a side failed)"
     step, train = ours["step_s"] / trl["step_s"], ours["train_s"] / trl["train_s"]
     gen, gap = ours["generation_tok_s"] / trl["generation_tok_s"], max(ours["gap_first"], ours["gap_later"])
     checks = {
