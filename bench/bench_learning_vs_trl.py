@@ -38,13 +38,15 @@ DATA = Path(__file__).resolve().parents[1] / "envs" / "instruction_following" / 
 
 
 def training_config(args: argparse.Namespace, model_dir: str, out: Path, mix_envs: dict[str, Any]) -> Any:
-    """This trainer's config for a strictly on-policy run: P prompts x G samples, no filtering."""
+    """This trainer's config for a strictly on-policy run: P prompts x G samples, no filtering; float32
+    weights on ``args.device`` (default cpu; on a GPU with bf16 autocast and activation checkpointing,
+    the trainer's defaults there)."""
     from cascade_envs.trainer.checks import config_from_dict
 
     batch = args.prompts * args.group
     return config_from_dict(
         {
-            "model": {"path": model_dir, "dtype": "float32", "device": "cpu"},
+            "model": {"path": model_dir, "dtype": "float32", "device": getattr(args, "device", "cpu")},
             "mix": {"envs": mix_envs},
             "rollout": {
                 "group_size": args.group,
@@ -98,7 +100,8 @@ def score_completions(env: Any, tasks: Sequence[dict], completions: Sequence[Any
 def trl_trainer(
     args: argparse.Namespace, model_dir: str, out: Path, rows: list[dict], reward: Callable, callbacks: list
 ) -> Any:
-    """TRL's GRPOTrainer with the same settings as ``training_config`` (rows already in draw order)."""
+    """TRL's GRPOTrainer with the same settings as ``training_config`` (rows already in draw order); on a
+    GPU with bf16 autocast (mixed precision); activation checkpointing is TRL's default (on)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -106,6 +109,7 @@ def trl_trainer(
     from cascade_envs.policies.decoding import end_token_ids
 
     batch = args.prompts * args.group
+    gpu = getattr(args, "device", "cpu") == "cuda"
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     config = GRPOConfig(
@@ -124,8 +128,8 @@ def trl_trainer(
         logging_steps=1,
         report_to="none",
         save_strategy="no",
-        use_cpu=True,
-        bf16=False,
+        use_cpu=not gpu,
+        bf16=gpu,
         fp16=False,
         seed=0,
         shuffle_dataset=False,

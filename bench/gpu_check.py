@@ -1,21 +1,25 @@
-"""The GPU check of ``.ci/gpu.sh``: short GRPO and MOPD jobs of the embedded model with the vLLM engine, at 1
-and N ranks, and the 2-rank-vs-1 equivalence check, on NVIDIA GPUs. Prints one table.
+"""The offline GPU check of ``.ci/gpu.sh``: this trainer vs TRL's GRPOTrainer on one GPU at two model
+sizes, and one FSDP2 rank on NCCL, in one table. ``--cpu-smoke`` runs the same stages on CPU with two
+tiny models (CI runs it).
 
-    python bench/gpu_check.py --gpus N [--steps 2] [--out DIR] [--dry-run]
+Stages, each a subprocess with its own timeout inside one overall budget (a stage that fails or runs
+out of time fills its row with the reason; the others still run):
 
-Jobs (``cascade-envs train`` in a subprocess each, so every job gets a fresh CUDA context):
+- ``env``: Python, torch (CUDA), transformers, TRL, accelerate, the device, flash-attn and flex_attention;
+- per size (``0.5b``, ``1.5b``: Qwen2.5-0.5B/1.5B-shaped random Llama bodies with SmolLM2's tokenizer,
+  0.4B/1.4B parameters): build the model, then ``bench_grpo_vs_trl.py``'s sides, ours then TRL, each
+  8 prompts x 8 rollouts x 256 new tokens, strictly on-policy, 3 steps, every sample scored
+  (``--score-cut``), means over steps 2-3;
+- ``fsdp`` (last, so that the comparison gets the time first): ``cascade-envs train --nproc 1`` on the
+  first size's model: one FSDP2 rank (NCCL on a GPU, gloo on CPU), 2 steps.
 
-- ``grpo-1`` / ``mopd-1``: one rank, the in-process vLLM engine (sleep mode while the optimizer
-  steps), MOPD with a vLLM teacher (the embedded model scoring itself: a throughput check);
-- ``grpo-ray-N``: N FSDP2 ranks (NCCL) under torchrun, rollouts on N vLLM engines in Ray actors
-  colocated on the same GPUs (``rollout.engine: ray``, sleep mode, weights through the object store:
-  NCCL cannot put two ranks on one GPU);
-- ``grpo-sep`` (2+ GPUs): one trainer rank on GPU 0, N-1 vLLM engines on the other GPUs, weights
-  broadcast over NCCL after every step.
+Columns: step s; generation s (generated tokens/s); training pass s (forward + backward of the loss)
+and its MFU (6 x parameters x trained sequence tokens per second over the GPU's dense bf16 peak);
+peak memory; ours' mean |train - inference| logprob of the sampled tokens at step 1 (before any
+update) and later. Writes ``gpu_check.md`` (the table), ``gpu_check.json`` (raw numbers) and
+``gpu_check.log`` (each stage's command, time and output) to ``--out``.
 
-Per job, from its ``metrics.jsonl`` (steps after the first, which pays compilation and warm-up):
-generation and training tokens/s, time per step, weight-sync time and peak GPU memory of rank 0.
-``--dry-run`` prints the commands and checks the configs (runs on CPU).
+    python bench/gpu_check.py [--cpu-smoke] [--out DIR] [--budget-s 330]
 """
 
 from __future__ import annotations
@@ -23,242 +27,308 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = "cascade/MCQA-v0"
-VLLM = {"gpu_memory_utilization": 0.3, "max_model_len": 2048, "enable_sleep_mode": True}
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+SIDES = BENCH / "bench_grpo_vs_trl.py"
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
+"""Dense bf16 peaks (datasheets) by GPU name, for MFU."""
+
+PACKAGES = ("trl", "accelerate", "datasets", "huggingface_hub", "pyarrow", "fsspec", "flash_attn", "triton")
 
 
-def base(out: Path, steps: int) -> dict[str, Any]:
-    return {
-        "model": {"path": "embedded"},
-        "mix": {"envs": {ENV: 1.0}},
-        "rollout": {"group_size": 8, "prompts_per_step": 8, "max_tokens": 256, "temperature": 1.0},
-        "optim": {"lr": 1e-6, "micro_batch_size": 8},
-        "train": {
-            "steps": steps,
-            "output_dir": str(out),
-            "save_every": 1000,
-            "tensorboard": False,
-            "progress": False,
-            "plot": False,
-        },
+def environment() -> dict[str, Any]:
+    """Versions and the device (the ``env`` stage, in its own process: no CUDA context in the parent)."""
+    import importlib.metadata
+    import importlib.util
+    import platform
+
+    import torch
+    import transformers
+
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "flex_attention": importlib.util.find_spec("torch.nn.attention.flex_attention") is not None,
     }
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name) if importlib.util.find_spec(name) else None
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "installed"
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        out["gpu"], out["gpu_memory_gib"] = props.name, round(props.total_memory / 2**30, 1)
+    return out
 
 
-@dataclass
-class Job:
-    name: str
-    config: dict[str, Any]
-    trainer_gpus: str
-    """``CUDA_VISIBLE_DEVICES`` of the trainer."""
-    ray_gpus: str | None = None
-    """``CUDA_VISIBLE_DEVICES`` of the Ray cluster started for the job (``None``: no Ray)."""
+class Check:
+    """The stages' log and rows, written under ``out`` after every stage (a killed check keeps them)."""
+
+    def __init__(self, out: Path, budget_s: float):
+        self.out, self.deadline = out, time.monotonic() + budget_s
+        out.mkdir(parents=True, exist_ok=True)
+        self.log_path = out / "gpu_check.log"
+        self.log_path.write_text("", encoding="utf-8")
+        self.results: dict[str, Any] = {}
+
+    def log(self, text: str) -> None:
+        print(text, flush=True)
+        with self.log_path.open("a", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+    def stage(self, name: str, argv: list[str], cap_s: float, env: dict[str, str] | None = None) -> Any:
+        """Run one stage; its ``RESULT`` json, or ``{"error": why}``."""
+        left = self.deadline - time.monotonic() - 5
+        if left < 10:
+            self.results[name] = {"error": "skipped: the check's time budget is spent"}
+            self.log(f"[{name}] skipped: the time budget is spent")
+            return self.results[name]
+        timeout = min(cap_s, left)
+        self.log(f"[{name}] {' '.join(argv)} (timeout {timeout:.0f} s)")
+        start = time.monotonic()
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+            )
+            output, code = done.stdout + done.stderr, done.returncode
+        except subprocess.TimeoutExpired as exc:
+            output, code = _text(exc.stdout) + _text(exc.stderr), None
+        seconds = time.monotonic() - start
+        lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+        with self.log_path.open("a", encoding="utf-8") as f:
+            f.write(output[-20000:] + "\n")
+        if code == 0 and lines:
+            result = json.loads(lines[-1].removeprefix("RESULT "))
+        else:
+            errors = [line for line in output.splitlines() if line.strip() and not line.startswith("RESULT")]
+            why = f"timed out after {seconds:.0f} s" if code is None else f"exit {code}"
+            result = {"error": f"{why}: {errors[-1][:300] if errors else 'no output'}"}
+        if isinstance(result, dict):
+            result["stage_s"] = round(seconds, 1)
+        self.log(f"[{name}] {seconds:.1f} s: {result.get('error', 'ok')}")
+        self.results[name] = result
+        return result
 
 
-def ray_engine(num_engines: int, colocate: bool) -> dict[str, Any]:
-    engine = {k: v for k, v in VLLM.items() if k != "enable_sleep_mode"}
-    kwargs = {"backend": "vllm", "num_engines": num_engines, "colocate": colocate, "address": "auto"}
-    if colocate:
-        kwargs["gpu_fraction"] = 0.6  # one engine per GPU
-    return {"engine": "ray", "engine_kwargs": {**kwargs, "engine_kwargs": engine}}
+def _text(data: Any) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
-def jobs(gpus: int, steps: int, out: Path) -> list[Job]:
-    """The jobs this many GPUs can run (see the module docstring)."""
-    every = ",".join(str(i) for i in range(gpus))
-    grpo = base(out / "grpo-1", steps)
-    grpo["rollout"] |= {"engine": "vllm", "engine_kwargs": VLLM}
-    mopd = base(out / "mopd-1", steps)
-    mopd["algorithm"] = "mopd"
-    mopd["rollout"] |= {"engine": "vllm", "engine_kwargs": VLLM, "group_size": 1, "prompts_per_step": 64}
-    mopd["mopd"] = {
-        "default_teacher": "embedded",
-        "teacher_engine": "vllm",
-        "teacher_engine_kwargs": {"gpu_memory_utilization": 0.2, "max_model_len": 2048},
+def mean_later(values: list[float]) -> float:
+    later = [v for v in values[1:] if v == v] or [v for v in values if v == v]
+    return sum(later) / len(later) if later else float("nan")
+
+
+def side_row(result: dict[str, Any], peak: float | None) -> dict[str, float | str]:
+    """One side's means over the timed steps (steps 2..N)."""
+    if "error" in result:
+        return {"error": result["error"]}
+    step, gen, train = (mean_later(result[k]) for k in ("step_s", "generation_s", "train_s"))
+    tokens, trained = mean_later(result["generated_tokens"]), mean_later(result["sequence_tokens"])
+    row: dict[str, float | str] = {
+        "step_s": step,
+        "generation_s": gen,
+        "generation_tok_s": tokens / gen if gen else float("nan"),
+        "train_s": train,
+        "train_tok_s": trained / train if train else float("nan"),
+        "mfu": 6 * result["params"] * trained / train / peak if peak and train else float("nan"),
+        "peak_gib": result["peak_gib"],
+        "params": result["params"],
     }
-    found = [Job("grpo-1", grpo, "0"), Job("mopd-1", mopd, "0")]
-    colocated = base(out / f"grpo-ray-{gpus}", steps)
-    colocated["rollout"] |= ray_engine(gpus, colocate=True)
-    colocated["train"] |= {"world_size": gpus}
-    found.append(Job(f"grpo-ray-{gpus}", colocated, every, every))
-    if gpus >= 2:  # the trainer on GPU 0, engines on the others: NCCL weight broadcast
-        separate = base(out / "grpo-sep", steps)
-        separate["rollout"] |= ray_engine(gpus - 1, colocate=False)
-        found.append(Job("grpo-sep", separate, "0", ",".join(str(i) for i in range(1, gpus))))
-    return found
+    if "gap" in result:
+        row["gap_first"], row["gap_later"] = result["gap"][0], mean_later(result["gap"])
+        row["updated_steps"] = float(sum(result["updated"]))
+        row["notes"] = f"{result['layout']}; decoding {result['decoding']}; attention {result['attention']}"
+    return row
 
 
-def ray_cluster(devices: str | None, start: bool) -> None:
-    if devices is None:
-        return
-    ray = [str(Path(sys.executable).with_name("ray"))]
-    if start:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices}
-        argv = [*ray, "start", "--head", f"--num-gpus={len(devices.split(','))}", "--disable-usage-stats"]
-        subprocess.run(argv, env=env, check=True, timeout=120, stdout=subprocess.DEVNULL)
-    else:
-        subprocess.run([*ray, "stop", "--force"], check=False, timeout=120, stdout=subprocess.DEVNULL)
+def fmt_params(n: Any) -> str:
+    if not isinstance(n, (int, float)):
+        return "?"
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
-def command(config: Path, world_size: int) -> list[str]:
-    cli = [sys.executable, "-m", "cascade_envs", "train", str(config)]
-    return cli + (["--nproc", str(world_size)] if world_size > 1 else [])
+def fmt(value: Any, spec: str) -> str:
+    return "—" if not isinstance(value, (int, float)) or value != value else format(value, spec)
 
 
-def summary(metrics: Path) -> dict[str, float]:
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if not r.get("skipped")][1:] or rows  # the first step warms up
+def table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    head = "| model | side | step s | generation s (tok/s) | training pass s (tok/s) | MFU | peak GiB | logprob gap step 1 → later | notes |"
+    out = [head, "|" + "---|" * 9]
+    for model, side, r in rows:
+        if "error" in r:
+            out.append(f"| {model} | {side} | {r['error']} | | | | | | |")
+            continue
+        gap = (
+            f"{fmt(r.get('gap_first'), '.4f')} → {fmt(r.get('gap_later'), '.4f')}"
+            if "gap_first" in r
+            else "—"
+        )
+        mfu = f"{r['mfu'] * 100:.1f}%" if isinstance(r.get("mfu"), float) and r["mfu"] == r["mfu"] else "—"
+        out.append(
+            f"| {model} | {side} | {fmt(r['step_s'], '.2f')} | {fmt(r['generation_s'], '.2f')} "
+            f"({fmt(r['generation_tok_s'], ',.0f')}) | {fmt(r['train_s'], '.3f')} ({fmt(r['train_tok_s'], ',.0f')}) "
+            f"| {mfu} | {fmt(r['peak_gib'], '.2f')} "
+            f"| {gap} | {r.get('notes', '')} |"
+        )
+    return out
 
-    def mean(key: str) -> float:
-        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-        return statistics.fmean(values) if values else float("nan")
 
-    return {
-        "gen_tok_s": mean("throughput/generation_tokens_per_s"),
-        "train_tok_s": mean("throughput/train_tokens_per_s"),
-        "step_s": mean("time/step_s"),
-        "sync_s": mean("time/sync_s"),
-        "peak_gib": max((r.get("memory/peak_gib", float("nan")) for r in rows), default=float("nan")),
+def verdict(size: str, ours: dict[str, Any], trl: dict[str, Any]) -> str:
+    """The issue's bar: step <= 0.5x TRL's, pass <= 1x, generation >= 2x TRL's tokens/s, gap <= 0.02."""
+    if "error" in ours or "error" in trl:
+        return f"bar, {size}: no verdict (a side failed)"
+    step, train = ours["step_s"] / trl["step_s"], ours["train_s"] / trl["train_s"]
+    gen, gap = ours["generation_tok_s"] / trl["generation_tok_s"], max(ours["gap_first"], ours["gap_later"])
+    checks = {
+        f"step {step:.2f}x TRL (<= 0.5)": step <= 0.5,
+        f"training pass {train:.2f}x (<= 1)": train <= 1,
+        f"generation {gen:.2f}x tok/s (>= 2)": gen >= 2,
+        f"gap {gap:.4f} (<= 0.02)": gap <= 0.02,
     }
+    return f"bar, {size}: " + ", ".join(f"{k} {'PASS' if ok else 'FAIL'}" for k, ok in checks.items())
 
 
-def run_job(job: Job, out: Path, dry_run: bool) -> dict[str, float] | None:
+def fsdp_stage(args: argparse.Namespace, model_dir: Path, out: Path) -> None:
+    """One FSDP2 rank through ``launch`` (torchrun, world size 1; this file is each rank's worker)."""
     import yaml
 
     from cascade_envs.trainer.checks import config_from_dict
+    from cascade_envs.trainer.parallel.launch import launch
 
-    checked = config_from_dict(job.config)  # a config error fails here, before any GPU work
-    path = out / f"{job.name}.yaml"
-    path.write_text(yaml.safe_dump(job.config), encoding="utf-8")
-    argv = command(path, checked.train.world_size)
-    ray = f", Ray on GPUs {job.ray_gpus}" if job.ray_gpus else ""
-    print(f"[gpu_check] {job.name} (trainer on GPUs {job.trainer_gpus}{ray}): {' '.join(argv)}", flush=True)
-    if dry_run:
-        return None
-    start = time.monotonic()
-    ray_cluster(job.ray_gpus, start=True)
-    try:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": job.trainer_gpus}
-        done = subprocess.run(argv, cwd=ROOT, env=env, timeout=420, check=False)
-    finally:
-        ray_cluster(job.ray_gpus, start=False)
-    if done.returncode != 0:
-        raise SystemExit(
-            f"[gpu_check] {job.name} failed (exit {done.returncode}) after {time.monotonic() - start:.0f} s"
-        )
-    return summary(Path(job.config["train"]["output_dir"]) / "metrics.jsonl")
+    data = {
+        "model": {"path": str(model_dir), "dtype": "float32"},
+        "mix": {"envs": {"bench/Reward-v0": 1.0}},
+        "rollout": {"group_size": 8, "prompts_per_step": 8, "max_tokens": args.fsdp_tokens, "max_rounds": 1},
+        "optim": {"lr": 3e-6},
+        "train": {"steps": 2, "output_dir": str(out), "world_size": 1, "resume": False, "save_every": 100},
+    }
+    data["train"] |= {"tensorboard": False, "progress": False, "plot": False}
+    path = out.with_suffix(".yaml")
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    code = launch(config_from_dict(data), str(path), [], worker="gpu_check")
+    metrics = out / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if code == 0 and metrics.is_file() else []
+    rows = [json.loads(line) for line in lines if line.strip()]
+    print("RESULT " + json.dumps({"exit": code, "steps": rows}))
 
 
-def equivalence(out: Path, dry_run: bool) -> str:  # on a CPU machine (--equivalence-only) it runs on gloo
-    """One GRPO and one MOPD step on 2 NCCL ranks vs one process, on the same fixed batch (float32, no TF32)."""
-    sys.path.insert(0, str(ROOT))
-    from tests.trainer.test_parallel import config_data
-    from tests.trainer.toys import save_tiny
+def fsdp_row(result: dict[str, Any], device: str) -> dict[str, Any]:
+    if "error" in result or result.get("exit"):
+        return {"error": result.get("error", f"torchrun exit {result.get('exit')}")}
+    steps = result["steps"]
+    later = steps[1:] or steps
+    mean = lambda key: sum(s.get(key) or 0.0 for s in later) / len(later)  # noqa: E731
+    backend = "NCCL" if device == "cuda" else "gloo"
+    return {
+        "step_s": mean("time/step_s"),
+        "generation_s": mean("time/generation_s"),
+        "generation_tok_s": mean("throughput/generation_tokens_per_s"),
+        "train_s": mean("time/passes_s"),
+        "train_tok_s": mean("train/sequence_tokens") / mean("time/passes_s"),
+        "mfu": float("nan"),
+        "peak_gib": max((s.get("memory/peak_gib") or float("nan")) for s in steps),
+        "gap_first": steps[0].get("train/inference_logprob_abs_diff"),
+        "gap_later": mean("train/inference_logprob_abs_diff"),
+        "notes": f"1 rank, {backend}, {len(steps)} steps",
+    }
 
-    model = save_tiny(out / "tiny")
-    teacher = save_tiny(out / "teacher", seed=2)
-    exact = {"mixed_precision": "no", "path": str(model), "device": "auto"}
-    grpo = config_data(model, out / "eq-g")
-    mopd = config_data(
-        model, out / "eq-m", algorithm="mopd", mopd={"teachers": {"test/SayYes-v0": str(teacher)}}
+
+def run(args: argparse.Namespace, work: Path) -> int:
+    """Every stage in order (models and run folders under ``work``, outside ``--out``); the table."""
+    smoke = args.cpu_smoke
+    device, sizes = ("cpu", ["smoke-a", "smoke-b"]) if smoke else ("cuda", ["0.5b", "1.5b"])
+    # the smoke runs our side through what a GPU's defaults choose (bf16 autocast, flex, static decoding)
+    shape = ["--prompts", "2", "--group", "2", "--max-tokens", "8", "--gpu-paths"] if smoke else []
+    shape = shape or ["--prompts", "8", "--group", "8", "--max-tokens", "256"]
+    check = Check(args.out, args.budget_s or (170 if smoke else 330))
+    carried = ROOT / ".whl" / "smollm2-tokenizer"
+    tokenizer = args.tokenizer or (str(carried) if carried.is_dir() else None)
+    env = check.stage("env", [sys.executable, str(BENCH / "gpu_check.py"), "--stage", "env"], 60)
+    check.log("environment: " + json.dumps(env))
+    peak = next((v for k, v in PEAK_BF16.items() if k in str(env.get("gpu", ""))), None)
+    py = [sys.executable, str(SIDES)]
+    common = ["--device", device, "--steps", "3", "--score-cut", *shape]
+    common += ["--tokenizer", tokenizer] if tokenizer else []
+    build = [*py, "--side", "build", "--model", ",".join(sizes), "--model-dir", str(work), "--out", str(work)]
+    built = check.stage("build", [*build, *common], 90 if smoke else 150)
+    rows: list[tuple[str, str, dict[str, Any]]] = []
+    verdicts: list[str] = []
+    missing = {"error": f"no model ({built.get('error')})"}
+    fsdp: dict[str, Any] = missing
+    for size in sizes:
+        sides: dict[str, dict[str, Any]] = {}
+        for side in ("ours", "trl"):
+            argv = [*py, "--side", side, "--model", size, "--model-dir", str(work / f"model-{size}")]
+            argv += ["--out", str(work / f"{side}-{size}"), *common]
+            result = (
+                check.stage(f"{side}-{size}", argv, 90 if smoke else 150) if "error" not in built else missing
+            )
+            sides[side] = side_row(result, peak)
+        params = sides["ours"].get("params") or sides["trl"].get("params")
+        rows += [(f"{size} ({fmt_params(params)})", "ours", sides["ours"]), ("", "TRL", sides["trl"])]
+        verdicts.append(verdict(size, sides["ours"], sides["trl"]))
+    if "error" not in built:  # last (the comparison first): one FSDP2 rank on the first size's model
+        argv = [sys.executable, str(BENCH / "gpu_check.py"), "--stage", "fsdp"]
+        argv += ["--model-dir", str(work / f"model-{sizes[0]}"), "--out", str(work / "fsdp")]
+        argv += ["--fsdp-tokens", "8" if smoke else "64"]
+        path = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))
+        fsdp = check.stage("fsdp", argv, 90 if smoke else 120, env={"PYTHONPATH": path})
+    rows.append(("FSDP2", f"ours, {'NCCL' if device == 'cuda' else 'gloo'}", fsdp_row(fsdp, device)))
+    where = env.get("gpu") or "CPU (smoke)"
+    title = (
+        f"# GRPO step, ours vs TRL: {where}; torch {env.get('torch')}, transformers {env.get('transformers')}"
     )
-    mopd["rollout"] |= {"group_size": 1, "prompts_per_step": 4, "max_tokens": 6}
-    cases = [
-        {
-            "name": "grpo",
-            "config": grpo | {"model": exact},
-            "batch": {"groups": 4, "group_size": 4, "seed": 1},
-        },
-        {
-            "name": "mopd",
-            "config": mopd | {"model": exact},
-            "batch": {"groups": 8, "group_size": 1, "seed": 2},
-        },
-    ]
-    spec = out / "spec.json"
-    spec.write_text(json.dumps(cases))
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        "--max-restarts=0",
-    ]
-    argv += ["-m", "tests.trainer.parallel_worker", "--steps", str(spec), str(out / "eq.pt")]
-    print(f"[gpu_check] equivalence: {' '.join(argv)}", flush=True)
-    if dry_run:
-        return "dry run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NVIDIA_TF32_OVERRIDE": "0"}
-    subprocess.run(argv, cwd=ROOT, env=env, timeout=300, check=True)
-    import torch
-
-    from cascade_envs.trainer.checks import config_from_dict
-    from cascade_envs.trainer.loop import Trainer
-    from tests.trainer.parallel_worker import fixed_batch
-    from tests.trainer.toys import register_toys
-
-    register_toys()
-    results = torch.load(out / "eq.pt", weights_only=False)
-    worst = {}
-    for case in cases:
-        data = case["config"]
-        data["train"] = {**data["train"], "world_size": 1, "output_dir": str(out / f"one-{case['name']}")}
-        trainer = Trainer(config_from_dict(data))
-        trainer._optimize(fixed_batch(**case["batch"]), 1)
-        state = {k: v.float().cpu() for k, v in trainer.model.state_dict().items()}
-        trainer.close()
-        sharded = results[case["name"]]["weights"]
-        worst[case["name"]] = max((sharded[k].float().cpu() - v).abs().max().item() for k, v in state.items())
-    verdict = "PASS" if max(worst.values()) <= 1e-5 else "FAIL"
-    return (
-        f"{verdict} max |w_2ranks - w_1process|: "
-        + ", ".join(f"{k} {v:.2e}" for k, v in worst.items())
-        + " (tolerance 1e-5)"
-    )
+    lines = [f"{title}, trl {env.get('trl')}", "", *table(rows), "", *verdicts]
+    (args.out / "gpu_check.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    raw = {"environment": env, "rows": rows, "stages": check.results}
+    (args.out / "gpu_check.json").write_text(json.dumps(raw, indent=1, default=str), encoding="utf-8")
+    check.log("\n".join(lines))
+    return 0 if all("error" not in r for _, _, r in rows) else 1
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus", type=int, required=True)
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=ROOT / "build" / "gpu_check")
-    parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--equivalence-only", action="store_true", help="only the 2-rank check (CPU: gloo)")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.equivalence_only:
-        result = equivalence(args.out, args.dry_run)
-        print(f"2 ranks vs 1: {result}")
-        return 1 if result.startswith("FAIL") else 0
-    rows = {}
-    for job in jobs(args.gpus, args.steps, args.out):
-        rows[job.name] = run_job(job, args.out, args.dry_run)
-    eq = (
-        equivalence(args.out, args.dry_run)
-        if args.gpus >= 2
-        else f"SKIP: needs 2 GPUs, this machine has {args.gpus}"
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu-smoke", action="store_true", help="the same stages on CPU with tiny models")
+    p.add_argument("--out", type=Path, default=ROOT / "build" / "gpu_check")
+    p.add_argument("--budget-s", type=float, help="the whole check's time (default 330; smoke 170)")
+    p.add_argument(
+        "--tokenizer", help="tokenizer folder (default: .whl/smollm2-tokenizer, else the embedded model's)"
     )
-    print(f"\n{'job':<14} {'gen tok/s':>10} {'train tok/s':>12} {'step s':>8} {'sync s':>8} {'peak GiB':>9}")
-    for name, row in rows.items():
-        if row is None:
-            print(f"{name:<14} (dry run)")
-            continue
-        print(
-            f"{name:<14} {row['gen_tok_s']:>10.0f} {row['train_tok_s']:>12.0f} {row['step_s']:>8.2f} "
-            f"{row['sync_s']:>8.3f} {row['peak_gib']:>9.2f}"
-        )
-    print(f"2 ranks vs 1 (GPU): {eq}")
-    return 1 if eq.startswith("FAIL") else 0
+    p.add_argument("--stage", choices=["env", "fsdp"], help=argparse.SUPPRESS)
+    p.add_argument("--model-dir", help=argparse.SUPPRESS)
+    p.add_argument("--fsdp-tokens", type=int, default=64, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.stage == "env":
+        print("RESULT " + json.dumps(environment()))
+        return 0
+    if args.stage == "fsdp":
+        sys.path.insert(0, str(BENCH))
+        from bench_grpo_vs_trl import register_bench_env
+
+        register_bench_env(score_cut=True)
+        fsdp_stage(args, Path(args.model_dir), args.out)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:  # models of GBs: never under --out
+        return run(args, Path(work))
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["train"]:  # a rank of the fsdp stage (launch runs `-m gpu_check train ...`)
+        sys.path.insert(0, str(BENCH))
+        from bench_grpo_vs_trl import register_bench_env
+
+        from cascade_envs.cli import main as cli_main
+
+        register_bench_env(score_cut=True)
+        sys.exit(cli_main(sys.argv[1:]))
     sys.exit(main())

@@ -68,6 +68,38 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+RUN_RECORDS = (
+    "checkpoints",
+    "metrics.jsonl",
+    "rollouts.jsonl",
+    "heldout.json",
+    "rewards.png",
+    "tensorboard",
+    "ranks",
+)
+"""What a run writes into its ``output_dir`` (``set_aside_earlier_run`` moves them)."""
+EARLIER_RUNS = "earlier_runs"
+
+
+def set_aside_earlier_run(output_dir: str | Path) -> Path | None:
+    """Move an earlier run's records out of ``output_dir`` into ``earlier_runs/run_N/`` (nothing is
+    deleted), so a run that starts over neither appends to its metrics nor mixes its checkpoints
+    with the earlier ones; the folder they went to, or ``None`` when there were none."""
+    root = Path(output_dir)
+    found = [root / name for name in RUN_RECORDS if (root / name).exists()]
+    if not found:
+        return None
+    n = 1 + sum(1 for _ in (root / EARLIER_RUNS).glob("run_*")) if (root / EARLIER_RUNS).is_dir() else 1
+    target = root / EARLIER_RUNS / f"run_{n}"
+    while target.exists():
+        n += 1
+        target = root / EARLIER_RUNS / f"run_{n}"
+    target.mkdir(parents=True)
+    for path in found:
+        path.rename(target / path.name)
+    return target
+
+
 def rng_state() -> dict[str, Any]:
     """Every RNG state, as tensors and plain Python values (loadable with ``weights_only=True``)."""
     numpy_state = np.random.get_state(legacy=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .advantages import make_estimator
-from .config import Config, ConfigError
+from .config import Config, ConfigError, TrainConfig
 from .strategies import SourceName, make_strategy
 from .teachers import check_teachers
 from .typed_yaml import build, parse_override, read_yaml, set_path
@@ -61,3 +61,21 @@ def validate(config: Config) -> None:
     if "teacher" in strategy.sources:
         weights, _ = config.mix_weights()
         check_teachers(config.mopd, weights, config.rollout.temperature)
+
+
+def check_single_process(train: TrainConfig) -> None:
+    """``ConfigError`` for the settings only a sharded run can use (``Trainer`` runs one plain process)."""
+    if train.world_size > 1:
+        raise ConfigError(
+            f"train.world_size is {train.world_size}: start its ranks with cascade-envs train --nproc "
+            f"{train.world_size} (or torchrun), not a single Trainer"
+        )
+    for key, on in (
+        ("train.cpu_offload", train.cpu_offload),
+        ("train.launcher: ray", train.launcher == "ray"),
+    ):
+        if on:
+            raise ConfigError(
+                f"{key} applies to sharded runs, and this is a single process: start ranks with "
+                "cascade-envs train --nproc N (N >= 1) or torchrun, or drop it"
+            )

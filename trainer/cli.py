@@ -28,8 +28,11 @@ def train_main(
 ) -> int:
     """Train with ``config_path`` (``None``: the embedded default run); returns the exit code.
 
-    ``nproc`` (``--nproc``) sets ``train.world_size``; above 1 the run is sharded over that many
-    ranks started with torchrun (``trainer/parallel``).
+    ``nproc`` (``--nproc``) sets ``train.world_size`` and starts that many ranks with torchrun (or
+    Ray workers, ``train.launcher: ray``), each sharding the model with FSDP2 (``trainer/parallel``);
+    ``--nproc 1`` is one such rank (e.g. for ``train.cpu_offload``). Without it, ``train.world_size``
+    above 1 does the same, and 1 is a single plain process. A process that torchrun or a Ray worker
+    started (``RANK`` set) runs as its rank, at any world size.
 
     Errors the user can fix are raised as ``CascadeError`` (the CLI prints them on one line); every
     setting is checked (``ConfigError`` naming the key) before the model is loaded.
@@ -55,16 +58,19 @@ def train_main(
         run_pipeline(path, overrides, from_stage)
         return 0
     config = load_config(path, overrides)
-    if config.train.world_size > 1:
-        from .parallel.launch import launch, run_rank
+    source = str(path) if path else "the embedded default config"
+    if "RANK" in os.environ:  # a rank that torchrun (started by launch) or a Ray worker runs
+        from .parallel.launch import run_rank
 
-        if "RANK" in os.environ:  # a rank that torchrun (started by launch) or a Ray worker runs
-            run_rank(config, str(path) if path else "the embedded default config")
-            return 0
+        run_rank(config, source)
+        return 0
+    if nproc is not None or config.train.world_size > 1:
         if config.train.launcher == "ray":
             from .ray_ranks import launch_on_ray
 
             return launch_on_ray(config, str(path) if path else None, overrides)
+        from .parallel.launch import launch
+
         return launch(config, str(path) if path else None, overrides)
-    run_training(config, str(path) if path else "the embedded default config")
+    run_training(config, source)
     return 0

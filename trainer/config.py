@@ -21,6 +21,9 @@ from ..mix import parse_mix
 
 WeightDtype = Literal["auto", "float32", "bfloat16", "float16"]
 MixedPrecision = Literal["auto", "bfloat16", "float16", "no"]
+BatchSize = Literal["auto"] | int
+"""A pass size setting: a number, or ``auto`` (sized per device: ``trainer/layout.py``)."""
+AttnImplementation = Literal["auto", "sdpa", "eager", "flex_attention", "flash_attention_2"]
 EngineName = Literal["hf", "vllm", "ray"]
 TeacherEngineName = Literal["hf", "vllm"]
 Normalization = Literal["response", "token"]
@@ -52,11 +55,25 @@ class ModelConfig(Section):
     device: str = "auto"
     gradient_checkpointing: Literal["auto"] | bool = "auto"
     """``auto``: on for GPU, off for CPU."""
+    attn_implementation: AttnImplementation = "auto"
+    """The attention kernels (``trainer/attention.py``): ``sdpa``, ``eager``, ``flex_attention`` (flex kernels
+    for packed rows, sdpa elsewhere), ``flash_attention_2`` (needs flash-attn); ``auto``: on CUDA
+    flash_attention_2 where flash-attn is installed, else flex_attention; sdpa on CPU."""
 
     def check(self) -> None:
         if not self.path.strip():
             raise ConfigError(
                 "model.path must not be empty (a local Hugging Face model folder or 'embedded')"
+            )
+        if self.mixed_precision == "float16":
+            raise ConfigError(
+                "model.mixed_precision: float16 needs loss scaling, which the trainer does not do; "
+                "use bfloat16 (or no)"
+            )
+        if self.dtype == "float16":
+            raise ConfigError(
+                "model.dtype: float16 would train float16 weights without loss scaling; use bfloat16, or "
+                "float32 (auto) weights with model.mixed_precision: bfloat16"
             )
         if self.device != "auto":
             _check_device(self.device)
@@ -123,12 +140,15 @@ class OptimConfig(Section):
     max_grad_norm: float = 1.0
     warmup_steps: int = 0
     warmup_start_lr: float = 0.0
-    micro_batch_size: int = 8
-    """Sequences per forward/backward pass; gradients accumulate over the step's batch."""
+    micro_batch_size: BatchSize = "auto"
+    """Sequences per padded forward/backward pass (``train.packing: false``) and per scoring pass of the
+    reference model and teachers; gradients accumulate over the step's batch. ``auto``: 8 on CPU; on
+    GPU as many as the pass budget (``train.pack_tokens``) holds."""
     kl_coef: float = 0.0
 
     def check(self) -> None:
-        _at_least_one("optim.micro_batch_size", self.micro_batch_size)
+        if self.micro_batch_size != "auto":
+            _at_least_one("optim.micro_batch_size", self.micro_batch_size)
         if self.warmup_steps < 0:
             raise ConfigError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
         _number_in("optim.lr", self.lr, low=0, low_open=True)
@@ -167,23 +187,31 @@ class TrainConfig(Section):
     processes with torchrun and shards the model over them with FSDP2."""
     launcher: Literal["torchrun", "ray"] = "torchrun"
     """Sharded runs: ``torchrun`` (this machine) or ``ray`` (one worker per rank in a placement group of
-    the cluster at ``ray.address``, a local one when unset: ``trainer/ray_ranks.py``)."""
+    the cluster at ``ray.address``, a local one when unset: ``trainer/ray_ranks.py``); ``ray`` is refused
+    in a single process."""
     cpu_offload: bool = False
-    """Sharded runs: keep the parameter shards and optimizer state in CPU memory (FSDP2 CPU offload)."""
+    """Sharded runs: keep the parameter shards and optimizer state in CPU memory (FSDP2 CPU offload);
+    refused in a single process."""
     collective_timeout_s: float = 600.0
     """Sharded runs: the bound of every collective (and of process-group setup); a rank that does not
     answer within it stops the run."""
-    packing: bool = True
-    """Pack the optimizer pass's sequences into rows (``packing.py``) instead of padding them."""
-    pack_tokens: int = 1024
-    """The token budget of one packed micro-batch (a longer sequence gets a row of its own)."""
+    packing: Literal["auto"] | bool = "auto"
+    """Pack the optimizer pass's sequences into rows (``packing.py``) instead of padding them. ``auto``
+    (``trainer/layout.py``): when packed rows reach a fused kernel (flex, flash-attention varlen), the
+    layout that measures faster on the first step's sequences; else packed on CPU, padded on CUDA.
+    The choice is logged."""
+    pack_tokens: BatchSize = "auto"
+    """The token budget of one pass (a packed row; with ``optim.micro_batch_size: auto`` a padded
+    micro-batch too; a longer sequence gets a pass of its own). ``auto``: 1024 on CPU; on CUDA what a
+    share of the free device memory holds, estimated from the model's shape (``trainer/layout.py``)."""
 
     def check(self) -> None:
         _at_least_one("train.save_every", self.save_every)
         _at_least_one("train.world_size", self.world_size)
         if not (_is_finite_number(self.collective_timeout_s) and self.collective_timeout_s > 0):
             raise ConfigError(f"train.collective_timeout_s must be > 0, got {self.collective_timeout_s}")
-        _at_least_one("train.pack_tokens", self.pack_tokens)
+        if self.pack_tokens != "auto":
+            _at_least_one("train.pack_tokens", self.pack_tokens)
         _at_least_one("train.keep_checkpoints", self.keep_checkpoints)
         if self.steps < 0:
             raise ConfigError(f"train.steps must be >= 0, got {self.steps}")

@@ -58,7 +58,10 @@ class HFEngine(RolloutEngine):
 
     By default it samples from the training model object, so rollouts always use the current
     weights and ``sync_weights`` is a no-op. Given a separate ``model`` (e.g. a bf16 inference
-    copy), ``sync_weights`` copies the training weights into it in place.
+    copy), ``sync_weights`` copies the training weights into it in place. ``autocast_dtype`` (the
+    trainer's mixed precision, ``make_engine`` passes it) generates under the same autocast as the
+    training forward pass, so the reported logprobs come from the numeric path trained on
+    (``precision.py``); on a GPU each decoding step is a CUDA graph replay (``static_decoding.py``).
 
     ``max_batch_size`` defaults to ``DEFAULT_MAX_BATCH_SIZE``, larger than ``HFPolicy``'s: a
     step's rollouts (prompts x group size, oversampled) then share one batch. On CPU a batch cut
@@ -68,7 +71,9 @@ class HFEngine(RolloutEngine):
 
     DEFAULT_MAX_BATCH_SIZE = 64
 
-    def __init__(self, model: Any, tokenizer: Any, **policy_kwargs: Any):
+    def __init__(
+        self, model: Any, tokenizer: Any, autocast_dtype: torch.dtype | None = None, **policy_kwargs: Any
+    ):
         from ..policies.hf import HFPolicy
 
         moved = sorted({"dtype", "device"} & set(policy_kwargs))
@@ -78,7 +83,7 @@ class HFEngine(RolloutEngine):
                 f"set model.{moved[0]} instead"
             )
         policy_kwargs.setdefault("max_batch_size", self.DEFAULT_MAX_BATCH_SIZE)
-        self.policy = HFPolicy(model, tokenizer, **policy_kwargs)
+        self.policy = HFPolicy(model, tokenizer, autocast_dtype=autocast_dtype, **policy_kwargs)
         self.model = model
 
     async def agenerate(
@@ -98,9 +103,14 @@ class HFEngine(RolloutEngine):
         await self.policy.aclose()
 
 
-def make_engine(rollout: RolloutConfig, model: Any, tokenizer: Any) -> RolloutEngine:
-    """The engine ``rollout.engine`` names, built with ``rollout.engine_kwargs``."""
-    engines: dict[str, Any] = {"hf": HFEngine, "vllm": VLLMEngine}
+def make_engine(
+    rollout: RolloutConfig, model: Any, tokenizer: Any, autocast_dtype: torch.dtype | None = None
+) -> RolloutEngine:
+    """The engine ``rollout.engine`` names, built with ``rollout.engine_kwargs`` (the HF engine also
+    with the training forward pass's ``autocast_dtype``)."""
+    if rollout.engine == "hf":
+        return HFEngine(model, tokenizer, autocast_dtype, **rollout.engine_kwargs)
+    engines: dict[str, Any] = {"vllm": VLLMEngine}
     if rollout.engine == "ray":
         from .ray_engine import RayEngine  # Ray itself is imported only when the engine starts
 

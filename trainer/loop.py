@@ -24,26 +24,25 @@ import torch
 from ..core import CascadeError
 from ..mix import EnvMix
 from ..policy import SamplingParams
-from . import checkpoint as ckpt
 from .advantages import make_estimator
 from .batch import BatchBuilder, RolloutBatch
-from .checks import validate
+from .checks import check_single_process, validate
 from .config import Config, OptimConfig, check_output_dir, model_path
 from .engine import RolloutEngine, make_engine
 from .evaluation import score_env
+from .layout import PassSize, choose, fused, pass_size
 from .metrics import MetricsLogger, rollout_metrics
-from .model import MicroBatch, autocast, load_model, return_freed_memory_to_the_os
+from .model import MicroBatch, load_model, return_freed_memory_to_the_os
 from .packing import PackedBatch, layout_metrics, make_pass, pass_logprobs, plan_passes, share_prompts
+from .passes import DeviceSums, build_passes, logprob_mismatch
+from .precision import autocast, compute_dtype, use_float32_head
+from .resume import Checkpointing, TrainingError, load_weights
 from .sequence import TokenScores, TrainSequence
-from .sources import HFScorer, InferenceLogprobs, LogprobSource, source_tensors
+from .sources import HFScorer, InferenceLogprobs, LogprobSource
 from .strategies import LossInputs, SourceTensors, make_strategy
 from .teachers import load_teachers
 
 log = logging.getLogger("cascade_envs.trainer")
-
-
-class TrainingError(CascadeError):
-    """Training cannot go on (e.g. a NaN loss); the message says what to do."""
 
 
 def seed_everything(seed: int) -> None:
@@ -52,7 +51,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class Trainer:
+class Trainer(Checkpointing):
     """On-policy RL on an env mix with a Hugging Face model, for any loss strategy (GRPO by default);
     ``train()`` runs the steps.
 
@@ -75,9 +74,12 @@ class Trainer:
         teachers: LogprobSource | None = None,
     ):
         validate(config)  # a Config built or changed in code gets the checks load_config makes
+        self._check_processes(config)
         self.config = config
         self.output_dir = check_output_dir(config.train.output_dir, create=True)
         resume = self._find_checkpoint() if config.train.resume else None
+        if not config.train.resume:
+            self._start_fresh()
         seed_everything(config.train.seed + self.rank)
         weights, env_kwargs = config.mix_weights()
         seed = config.train.seed if config.mix.seed is None else config.mix.seed
@@ -96,14 +98,16 @@ class Trainer:
             model_path(config.model.path)  # a clear error for a bad path, even when resuming
             model, tokenizer = load_model(config.model, path=resume_from)
         elif resume_from is not None:
-            _load_weights(model, resume_from)
+            load_weights(model, resume_from)
         if tokenizer is None:
             raise CascadeError("Trainer: a model passed in needs its tokenizer too")
+        device = next(model.parameters()).device
+        use_float32_head(model, config.model, device)
         self.rollout_model = model
         """What the rollout engine generates with: the training model itself, except in a sharded run."""
         model = self._prepare_model(model)
         self.model, self.tokenizer = model, tokenizer
-        self.device = next(model.parameters()).device
+        self.device = device
         if self.device.type == "cpu":
             return_freed_memory_to_the_os()
         self.pad_id = _pad_id(tokenizer)
@@ -117,7 +121,9 @@ class Trainer:
             eps=o.eps,
             weight_decay=o.weight_decay,
         )
-        self.engine = engine or make_engine(config.rollout, self.rollout_model, tokenizer)
+        self.engine = engine or make_engine(
+            config.rollout, self.rollout_model, tokenizer, compute_dtype(config.model, self.device)
+        )
         self.builder = BatchBuilder(
             self.engine,
             self.mix,
@@ -132,6 +138,12 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.heldout: dict[str, dict[str, Any]] = {}
         """Held-out scores (``heldout:`` in the config): ``base`` before the first step, ``trained`` after the last."""
+        self.packed: bool | None = None
+        """The optimizer pass's layout (``train.packing``; ``auto`` is decided at the first step: ``layout.py``)."""
+        self.layout_note = ""
+        """Why the run uses its layout (logged once)."""
+        self._measured_packed = False
+        """The layout is packed because it measured faster (a later failure then falls back to padded)."""
         if resume is not None:
             self._restore(*resume)
 
@@ -153,12 +165,33 @@ class Trainer:
         """The sequences this process trains on (all of them, here)."""
         return sequences
 
-    def _micro_batches(self, sequences: list[TrainSequence]) -> list[list[int]]:
+    def _check_processes(self, config: Config) -> None:
+        """Settings that need a sharded run are refused in this single process."""
+        check_single_process(config.train)
+
+    def _micro_batches(self, sequences: list[TrainSequence], size: PassSize, packed: bool) -> list[list[int]]:
         """Index lists of the passes (packed rows or padded micro-batches); an empty list is a pass
         that only keeps ranks in step."""
-        t = self.config.train
+        return plan_passes(sequences, packed, size, share_prompts(self.model))
+
+    def _choose_layout(self, sequences: list[TrainSequence], size: PassSize) -> tuple[bool, str]:
+        """``train.packing`` as set, or ``auto``'s choice (``layout.choose``), timing this step's first passes."""
         share = share_prompts(self.model)
-        return plan_passes(sequences, t.packing, t.pack_tokens, self.config.optim.micro_batch_size, share)
+
+        def one_pass(packed: bool) -> int:
+            rows = [sequences[i] for i in plan_passes(sequences, packed, size, share)[0]]
+            mb = make_pass(rows, self.pad_id, self.model, packed, share)
+            logp, _ = self._logprobs(mb)
+            (logp * mb.response_mask).sum().backward()
+            self.optimizer.zero_grad(set_to_none=True)
+            return sum(len(s.prompt_ids) + len(s.response_ids) for s in rows)
+
+        try:
+            packed, note = choose(self.config.train.packing, self.model, one_pass)
+            self._measured_packed = packed and self.config.train.packing == "auto" and fused(self.model)
+            return packed, note
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)  # a pass that failed halfway may have left gradients
 
     def _idle_pass(self) -> None:
         raise AssertionError("a single-process run has no idle micro-batch")
@@ -173,17 +206,6 @@ class Trainer:
 
     def _sync_engine(self) -> None:
         self.engine.sync_weights(self.model)
-
-    def _load_optimizer(self, path: Path, state: dict[str, Any]) -> None:
-        if ckpt.is_sharded(state):  # written by a sharded run: the optimizer state is in its shards
-            from .parallel.dcp import load_unsharded
-
-            load_unsharded(path / ckpt.SHARDED_DIR, self.model, self.optimizer)
-        else:
-            self.optimizer.load_state_dict(state["optimizer"])
-
-    def _restore_rng(self, path: Path, state: dict[str, Any]) -> None:
-        ckpt.set_rng_state(state["rng"])
 
     # ----- setup ---------------------------------------------------------------------------------
 
@@ -221,59 +243,6 @@ class Trainer:
             top1=False,
             autocast=lambda: autocast(self.config.model, self.device),
         )
-
-    def _find_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
-        """The newest readable checkpoint and its state; unreadable ones are skipped with a warning."""
-        unreadable: list[str] = []
-        for path in reversed(ckpt.list_checkpoints(self.output_dir)):
-            try:
-                return path, ckpt.load_state(path)
-            except ckpt.CheckpointError as exc:
-                log.warning("%s; trying the previous checkpoint", exc)
-                unreadable.append(str(path))
-        if unreadable:
-            raise ckpt.CheckpointError(
-                f"no readable checkpoint to resume from in {ckpt.checkpoint_dir(self.output_dir)} "
-                f"(unreadable: {', '.join(unreadable)}); move them away, or set train.resume=false to start over"
-            )
-        return None
-
-    def _restore(self, path: Path, state: dict[str, Any]) -> None:
-        self._load_optimizer(path, state)
-        self.mix.load_state_dict(state["mix"])
-        if "batch" in state:  # checkpoints written before adaptive oversampling have no keep-rate estimate
-            self.builder.load_state_dict(state["batch"])
-        self.step = int(state["step"])
-        self._restore_rng(path, state)
-        self.logger.truncate_after(self.step)
-        self.last_checkpoint = self.resumed_from = path
-        log.info("resumed from step %d (%s)", self.step, path)
-
-    def save(self) -> Path:
-        """Write a checkpoint of the current step; refuses weights that are no longer finite."""
-        bad = next(
-            (name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())), None
-        )
-        if bad is not None:
-            where = (
-                f"the last good checkpoint is {self.last_checkpoint}"
-                if self.last_checkpoint
-                else "none was written"
-            )
-            raise TrainingError(
-                f"step {self.step}: weight {bad} is not finite, so no checkpoint was written ({where}). "
-                "Lower optim.lr, or use float32 (model.dtype=float32)."
-            )
-        state = {
-            "optimizer": self.optimizer.state_dict(),
-            "mix": self.mix.state_dict(),
-            "batch": self.builder.state_dict(),
-            "config": self.config.to_dict(),
-        }
-        self.last_checkpoint = ckpt.save_checkpoint(
-            self.output_dir, self.step, self.model, self.tokenizer, state, self.config.train.keep_checkpoints
-        )
-        return self.last_checkpoint
 
     # ----- the loop ------------------------------------------------------------------------------
 
@@ -363,7 +332,10 @@ class Trainer:
         return metrics
 
     def _optimize(self, batch: RolloutBatch, step: int) -> dict[str, Any]:
-        """One optimizer step: every source scores the batch, then the strategy's loss micro-batch by micro-batch."""
+        """One optimizer step: every source scores the batch, then the strategy's loss pass by pass.
+
+        Metric sums stay on the device until the step ends (one read), and on a GPU every pass's
+        inputs are built before the first forward, so no pass waits on the host."""
         start = time.perf_counter()
         o = self.config.optim
         lr = warmup_lr(o, step)
@@ -375,48 +347,30 @@ class Trainer:
         scores, metrics = self._score(sequences)
         n_tokens = sum(seq.trained_tokens for seq in batch.sequences)  # the whole step's, on every rank
         n_sequences = sum(1 for seq in batch.sequences if seq.trained_tokens)
-        sums: dict[str, float] = {}
-        loss_sum = entropy_sum = mismatch_sum = mismatch_n = 0.0
-        t, share = self.config.train, share_prompts(self.model)
-        for part in self._micro_batches(sequences):
-            if not part:
-                self._idle_pass()
-                continue
-            rows = [sequences[i] for i in part]
-            mb = make_pass(rows, self.pad_id, self.model, t.packing, share)
-            tensors = {
-                name: source_tensors(
-                    [scores[name][i] for i in part], rows, mb.response_ids.shape[1], self.device
-                )
-                for name in scores
-            }
-            logp, entropy = self._logprobs(mb)
-            inputs = LossInputs(
-                logp,
-                mb.response_mask,
-                mb.advantages,
-                float(n_tokens),
-                n_sequences,
-                {name: tensors[name] for name in self.strategy.sources},
-                tuple(s.env_id for s in rows),
-            )
-            loss, part_sums = self.strategy.loss(inputs)
-            loss.backward()
-            loss_sum += loss.item()
-            for key, value in part_sums.items():
-                sums[key] = sums.get(key, 0.0) + value
-            entropy_sum += float((entropy * mb.response_mask).sum())
-            d, n = _logprob_mismatch(logp.detach(), mb.response_mask, tensors["inference"])
-            mismatch_sum, mismatch_n = mismatch_sum + d, mismatch_n + n
-            del logp, entropy, loss, inputs
-        sums = self._reduce(sums)
-        totals = self._reduce({"loss": loss_sum, "entropy": entropy_sum, "d": mismatch_sum, "n": mismatch_n})
-        loss_sum, entropy_sum, mismatch_sum, mismatch_n = (
-            totals["loss"],
-            totals["entropy"],
-            totals["d"],
-            totals["n"],
-        )
+        size = pass_size(self.config.train.pack_tokens, o.micro_batch_size, self.model)
+        if self.packed is None:
+            self.packed, self.layout_note = self._choose_layout(sequences, size)
+            log.info(self.layout_note)
+        share = share_prompts(self.model)
+        passes_start = time.perf_counter()
+        try:
+            sums, own = self._passes(sequences, scores, size, float(n_tokens), n_sequences)
+        except Exception as exc:
+            if not self._measured_packed:
+                raise
+            # a measured packed layout that fails later (a kernel recompiled for a new row length, or out of
+            # memory): padded for the rest of the run, this step's passes again
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            self.packed, self._measured_packed = False, False
+            self.layout_note += f"; packed failed at step {step} ({first}) -> padded"
+            log.warning(self.layout_note)
+            self.optimizer.zero_grad(set_to_none=True)
+            sums, own = self._passes(sequences, scores, size, float(n_tokens), n_sequences)
+        local = own.floats()  # the step's one read of the device: every pass has run
+        passes_s = time.perf_counter() - passes_start
+        totals = self._reduce(local)
+        step_sums = self._reduce(sums.floats())
+        loss_sum = totals.get("loss", 0.0)
         if not math.isfinite(loss_sum):
             self._fail(step, f"the loss is {loss_sum}")
         grad_norm = self._clip_grad_norm()
@@ -426,19 +380,58 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
         train_s = time.perf_counter() - start
+        mismatch_n = totals.get("n", 0.0)
         return {
             "train/loss": loss_sum,
             "train/grad_norm": grad_norm,
             "train/lr": lr,
-            "train/entropy": entropy_sum / max(n_tokens, 1),
+            "train/entropy": totals.get("entropy", 0.0) / max(n_tokens, 1),
             "train/tokens": float(n_tokens),
-            **self._reduce(layout_metrics(sequences, o.micro_batch_size, t.pack_tokens, share)),
-            "train/inference_logprob_abs_diff": mismatch_sum / mismatch_n if mismatch_n else float("nan"),
-            **self.strategy.finish_metrics(sums),
+            "train/sequence_tokens": float(
+                sum(len(q.prompt_ids) + len(q.response_ids) for q in batch.sequences)
+            ),
+            "train/packed": float(self.packed),
+            "train/pass_tokens": float(size.tokens),
+            **self._reduce(layout_metrics(sequences, size, share)),
+            "train/inference_logprob_abs_diff": totals.get("d", 0.0) / mismatch_n
+            if mismatch_n
+            else float("nan"),
+            **self.strategy.finish_metrics(step_sums),
             **metrics,
             "time/training_s": train_s,
+            "time/passes_s": passes_s,
             "throughput/train_tokens_per_s": n_tokens / max(train_s, 1e-9),
         }
+
+    def _passes(
+        self,
+        sequences: list[TrainSequence],
+        scores: dict[str, list[TokenScores]],
+        size: PassSize,
+        n_tokens: float,
+        n_sequences: int,
+    ) -> tuple[DeviceSums, DeviceSums]:
+        """Forward and backward of every pass of the step; the strategy's metric sums and the loop's own."""
+        assert self.packed is not None
+        sums, own = DeviceSums(), DeviceSums()
+        plan = self._micro_batches(sequences, size, self.packed)
+        share = share_prompts(self.model)
+        for item in build_passes(sequences, scores, plan, self.model, self.pad_id, self.packed, share):
+            if item is None:
+                self._idle_pass()
+                continue
+            mb, rows, tensors = item
+            logp, entropy = self._logprobs(mb)
+            sources: dict[str, SourceTensors] = {name: tensors[name] for name in self.strategy.sources}
+            envs = tuple(s.env_id for s in rows)
+            inputs = LossInputs(logp, mb.response_mask, mb.advantages, n_tokens, n_sequences, sources, envs)
+            loss, part_sums = self.strategy.loss(inputs)
+            loss.backward()
+            sums.add(part_sums)
+            d, n = logprob_mismatch(logp.detach(), mb.response_mask, tensors["inference"])
+            own.add({"loss": loss.detach(), "entropy": (entropy * mb.response_mask).sum(), "d": d, "n": n})
+            del logp, entropy, loss, inputs
+        return sums, own
 
     def _score(self, sequences: list[TrainSequence]) -> tuple[dict[str, list[TokenScores]], dict[str, float]]:
         """Every source's scores of the batch, one call each, and how long each took (``time/<source>_s``)."""
@@ -497,24 +490,9 @@ def warmup_lr(optim: OptimConfig, step: int) -> float:
     )
 
 
-def _logprob_mismatch(logp: torch.Tensor, mask: torch.Tensor, inference: SourceTensors) -> tuple[float, int]:
-    """Sum and count of |train logp - inference logp| over trained tokens the engine reported logprobs for."""
-    keep = mask.bool() & torch.isfinite(inference.logp)
-    return float((logp - inference.logp).abs()[keep].sum()), int(keep.sum())
-
-
 def _pad_id(tokenizer: Any) -> int:
     for name in ("pad_token_id", "eos_token_id"):
         value = getattr(tokenizer, name, None)
         if isinstance(value, int):
             return value
     return 0
-
-
-def _load_weights(model: Any, path: Path) -> None:
-    from transformers import AutoModelForCausalLM
-
-    loaded = AutoModelForCausalLM.from_pretrained(
-        path, dtype=next(model.parameters()).dtype, use_safetensors=True
-    )
-    model.load_state_dict(loaded.state_dict())

@@ -8,7 +8,6 @@ the LM head never runs on prompt tokens.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,10 +18,11 @@ import torch
 from torch import Tensor
 
 from .._extras import require
-from ..core import CascadeError
 from ..policies.decoding import left_pad
 from ..policies.shared_decoding import cache_keyword
+from .attention import load_attention
 from .config import ModelConfig, model_path
+from .precision import resolve_dtype, use_float32_head
 from .sequence import TrainSequence
 
 
@@ -30,28 +30,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    """The trained weights' dtype (``auto``: float32 master weights)."""
-    if name == "auto":
-        return torch.float32
-    if name not in DTYPES:
-        raise CascadeError(f"model.dtype must be auto, float32, bfloat16 or float16, got {name!r}")
-    return DTYPES[name]
-
-
-def autocast(config: ModelConfig, device: torch.device) -> Any:
-    """The autocast context of the training forward pass (bf16 on GPU by default, off on CPU)."""
-    name = config.mixed_precision
-    if name == "auto":
-        name = "bfloat16" if device.type == "cuda" else "no"
-    if name == "no":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=DTYPES[name])
 
 
 def load_model(config: ModelConfig, path: str | Path | None = None) -> tuple[Any, Any]:
@@ -63,7 +41,9 @@ def load_model(config: ModelConfig, path: str | Path | None = None) -> tuple[Any
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    attention = load_attention(config, device)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=attention.load_as)
+    attention.apply(model)
     # as the nn.Module it is: transformers declares PreTrainedModel.to through functools.wraps, which
     # a type checker cannot bind as a method (the call still runs PreTrainedModel.to, which returns model)
     module: torch.nn.Module = model
@@ -73,6 +53,7 @@ def load_model(config: ModelConfig, path: str | Path | None = None) -> tuple[Any
         checkpointing = device.type == "cuda"
     if checkpointing:
         enable_checkpointing(model)
+    use_float32_head(model, config, device)
     model.config.use_cache = True
     return model, tokenizer
 
@@ -157,7 +138,7 @@ def response_logits(model: Any, mb: MicroBatch) -> Tensor:
     checkpointing is on (transformers then disables the cache while training).
     """
     unique = {tuple(s.prompt_ids) for s in mb.sequences}
-    checkpointing = _is_checkpointing(model) and model.training
+    checkpointing = is_checkpointing(model) and model.training
     if len(unique) < len(mb.sequences) and not checkpointing:
         logits = _shared_prompt_logits(model, mb)
         if logits is not None:
@@ -177,7 +158,7 @@ def _full_logits(model: Any, mb: MicroBatch) -> Tensor:
     return logits
 
 
-def _is_checkpointing(model: Any) -> bool:
+def is_checkpointing(model: Any) -> bool:
     """Whether activation checkpointing is on (transformers 5 renamed the property)."""
     name = (
         "is_activation_checkpointing"
@@ -261,10 +242,28 @@ def token_logprobs(logits: Tensor, tokens: Tensor, entropy: bool = False) -> Ten
     return (logp, torch.cat(entropies)) if entropy else logp
 
 
-def micro_batches(sequences: Sequence[TrainSequence], size: int) -> list[list[int]]:
-    """The indices of each micro-batch: sequences of similar lengths together (less padding), deterministic."""
+def micro_batches(
+    sequences: Sequence[TrainSequence], size: int | None, max_tokens: int | None = None
+) -> list[list[int]]:
+    """The indices of each micro-batch: sequences of similar lengths together (less padding), deterministic.
+
+    A micro-batch holds at most ``size`` sequences and at most ``max_tokens`` padded tokens (its count
+    times its longest prompt plus its longest response; one longer sequence gets one of its own)."""
     order = sorted(
         range(len(sequences)),
         key=lambda i: (len(sequences[i].prompt_ids) + len(sequences[i].response_ids), i),
     )
-    return [order[i : i + size] for i in range(0, len(order), size)]
+    parts: list[list[int]] = []
+    part: list[int] = []
+    prompt = response = 0
+    for i in order:
+        p, r = max(prompt, len(sequences[i].prompt_ids)), max(response, len(sequences[i].response_ids), 1)
+        full = (size is not None and len(part) >= size) or (
+            max_tokens is not None and (len(part) + 1) * (p + r) > max_tokens
+        )
+        if part and full:
+            parts.append(part)
+            part, p, r = [], len(sequences[i].prompt_ids), max(len(sequences[i].response_ids), 1)
+        part.append(i)
+        prompt, response = p, r
+    return [*parts, part] if part else parts

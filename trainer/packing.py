@@ -5,13 +5,14 @@ A packed micro-batch is one row of tokens holding several sequences back to back
 at 0 for every sequence and attention stays inside each sequence, so every token sees exactly what
 it sees in the padded layout (``model.collate``): the logprobs match within float rounding.
 
-Prompt sharing: the G rollouts of a group share one prompt. With a mask the model takes as given
-(``sdpa``, ``eager``) the prompt is placed once and followed by its responses, each response
+Prompt sharing: the G rollouts of a group share one prompt. With an attention that takes a mask
+(``attention.packed_kernel``: a dense tree mask for ``sdpa``/``eager``, a flex ``BlockMask`` for
+``flex_attention``) the prompt is placed once and followed by its responses, each response
 attending to the prompt and to itself only (a tree mask), so the prompt runs once per row, as in
 the padded pass's shared-prompt path, and without its KV-cache copies. Kernels that take packing
 only from position ids (flash-attention's varlen path) cannot express that mask: there every
 sequence is its own segment with its prompt repeated, and transformers builds the varlen call from
-the reset position ids (``share_prompts=False``).
+the reset position ids (``share_prompts`` false).
 
 The LM head runs only on the positions that predict response tokens (``logits_to_keep`` as an index
 tensor), and the logprobs are scattered back into the ``[B, R]`` layout the losses take.
@@ -27,11 +28,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .attention import PackedKernel, packed_kernel, tree_block_mask
+from .layout import PassSize
 from .model import MicroBatch, accepts_logits_to_keep, collate, micro_batches, response_logits, token_logprobs
 from .sequence import TrainSequence
-
-MASKED_ATTENTION = ("sdpa", "eager")
-"""Attention implementations that take a custom 4D mask, so prompts can be shared within a row."""
 
 
 @dataclass
@@ -42,8 +42,9 @@ class PackedBatch:
     """``[1, L]``: the row."""
     position_ids: Tensor
     """``[1, L]``: restarting at 0 with each prompt."""
-    attention_mask: Tensor | None
-    """``[1, 1, L, L]`` tree mask when prompts are shared, else ``None`` (packing from position ids)."""
+    attention_mask: Any
+    """The tree when prompts are shared (a ``[1, 1, L, L]`` tensor, or a flex ``BlockMask``), else
+    ``None`` (packing from position ids)."""
     keep: Tensor
     """``[N]``: the row positions whose logits predict the response tokens, sequence by sequence."""
     rows: Tensor
@@ -61,15 +62,8 @@ class PackedBatch:
 
 
 def share_prompts(model: Any) -> bool:
-    """Whether ``model``'s attention takes the tree mask that lets a row hold a prompt once.
-
-    Not with sliding-window layers: transformers uses a given 4D mask as is, so the window would be lost.
-    """
-    config = model.config
-    window = getattr(config, "sliding_window", None) is not None
-    sliding = window and getattr(config, "use_sliding_window", None) is not False
-    sliding = sliding or "sliding_attention" in (getattr(config, "layer_types", None) or ())
-    return getattr(config, "_attn_implementation", None) in MASKED_ATTENTION and not sliding
+    """Whether ``model``'s packed rows hold each prompt once (a tree mask), not once per sequence."""
+    return packed_kernel(model) != "varlen"
 
 
 def _cost(sequences: Sequence[TrainSequence], indices: Sequence[int], share: bool) -> int:
@@ -113,9 +107,10 @@ def plan_packs(sequences: Sequence[TrainSequence], budget: int, share: bool) -> 
 
 
 def pack(
-    sequences: list[TrainSequence], pad_id: int, device: torch.device, share: bool, dtype: torch.dtype
+    sequences: list[TrainSequence], pad_id: int, device: torch.device, share: bool, mask: torch.dtype | None
 ) -> PackedBatch:
-    """One row of ``sequences``; with ``share``, each distinct prompt once and a tree mask of ``dtype``."""
+    """One row of ``sequences``; with ``share``, each distinct prompt once under a tree mask: dense of
+    dtype ``mask``, or a flex ``BlockMask`` when ``mask`` is ``None``."""
     ids: list[int] = []
     pos: list[int] = []
     seg: list[int] = []  # the segment (prompt or sequence) each token belongs to
@@ -144,13 +139,15 @@ def pack(
         rows += [b] * len(s.response_ids)
         cols += range(len(s.response_ids))
     r = max(max(len(s.response_ids) for s in sequences), 1)
-    mask = None
-    if share:
-        mask = _tree_mask(torch.tensor(seg), torch.tensor(owner), dtype).to(device)
+    tree: Any = None
+    if share and mask is not None:
+        tree = _tree_mask(torch.tensor(seg), torch.tensor(owner), mask).to(device)
+    elif share:
+        tree = tree_block_mask(torch.tensor(seg, device=device), torch.tensor(owner, device=device))
     return PackedBatch(
         input_ids=torch.tensor([ids], dtype=torch.long, device=device),
         position_ids=torch.tensor([pos], dtype=torch.long, device=device),
-        attention_mask=mask,
+        attention_mask=tree,
         keep=torch.tensor(keep, dtype=torch.long, device=device),
         rows=torch.tensor(rows, dtype=torch.long, device=device),
         cols=torch.tensor(cols, dtype=torch.long, device=device),
@@ -233,23 +230,31 @@ def padded_tokens(sequences: Sequence[TrainSequence], parts: Sequence[Sequence[i
 
 
 def plan_passes(
-    sequences: Sequence[TrainSequence], packing: bool, budget: int, micro_batch_size: int, share: bool
+    sequences: Sequence[TrainSequence], packing: bool, size: PassSize, share: bool
 ) -> list[list[int]]:
     """The sequence indices of each forward/backward pass: packed rows, or padded micro-batches."""
     if packing:
-        return plan_packs(sequences, budget, share)
-    return micro_batches(sequences, micro_batch_size)
+        return plan_packs(sequences, size.tokens, share)
+    return micro_batches(sequences, size.sequences, None if size.sequences else size.tokens)
+
+
+def mask_kind(model: Any) -> torch.dtype | None:
+    """What ``pack`` builds the tree as for ``model``: ``None`` for a flex block mask, else the dense
+    mask's dtype (boolean for sdpa, additive in the weights' dtype for eager)."""
+    kernel: PackedKernel = packed_kernel(model)
+    if kernel == "flex":
+        return None
+    return torch.bool if model.config._attn_implementation == "sdpa" else next(model.parameters()).dtype
 
 
 def make_pass(
     rows: list[TrainSequence], pad_id: int, model: Any, packing: bool, share: bool
 ) -> MicroBatch | PackedBatch:
     """The tensors of one pass over ``rows``, on the model's device."""
-    weight = next(model.parameters())
+    device = next(model.parameters()).device
     if packing:
-        dtype = torch.bool if model.config._attn_implementation == "sdpa" else weight.dtype
-        return pack(rows, pad_id, weight.device, share, dtype)
-    return collate(rows, pad_id, weight.device)
+        return pack(rows, pad_id, device, share, mask_kind(model))
+    return collate(rows, pad_id, device)
 
 
 def pass_logprobs(
@@ -266,10 +271,10 @@ def pass_logprobs(
     return logp, entropy
 
 
-def layout_metrics(
-    sequences: Sequence[TrainSequence], micro_batch_size: int, budget: int, share: bool
-) -> dict[str, float]:
+def layout_metrics(sequences: Sequence[TrainSequence], size: PassSize, share: bool) -> dict[str, float]:
     """Tokens per step of the padded layout and of the packed one (whichever the step ran)."""
-    padded = padded_tokens(sequences, micro_batches(sequences, micro_batch_size))
-    packed = packed_tokens(sequences, plan_packs(sequences, budget, share), share)
+    padded = padded_tokens(
+        sequences, micro_batches(sequences, size.sequences, None if size.sequences else size.tokens)
+    )
+    packed = packed_tokens(sequences, plan_packs(sequences, size.tokens, share), share)
     return {"train/padded_tokens": float(padded), "train/packed_tokens": float(packed)}

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..core import CascadeError
-from .config import ModelConfig, WeightDtype
+from .config import BatchSize, ModelConfig, WeightDtype
 from .sequence import TokenScores, TrainSequence
 
 TIMEOUT_KEYS = {"call_timeout_s": 600.0, "ready_timeout_s": 300.0}
@@ -73,7 +73,7 @@ class RayTeacher:
         engine: str,
         dtype: WeightDtype,
         temperature: float,
-        micro_batch_size: int,
+        micro_batch_size: BatchSize,
         pad_id: int,
         engine_kwargs: dict[str, Any],
         actor_options: dict[str, Any],

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 import torch
 
 from ..core import CascadeError
-from .config import ConfigError
+from .config import BatchSize, ConfigError
+from .layout import pass_size
 from .model import collate, micro_batches, response_logits, token_logprobs
 from .sequence import TokenScores, TrainSequence
 from .strategies import SourceTensors
@@ -69,7 +70,7 @@ class HFScorer:
         model: Any,
         *,
         pad_id: int,
-        micro_batch_size: int,
+        micro_batch_size: BatchSize,
         temperature: float = 1.0,
         top1: bool = True,
         autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
@@ -86,7 +87,8 @@ class HFScorer:
     @torch.no_grad()
     def score(self, sequences: Sequence[TrainSequence]) -> list[TokenScores]:
         out: list[TokenScores] = [TokenScores([])] * len(sequences)
-        for part in micro_batches(sequences, self.micro_batch_size):
+        size = pass_size("auto", self.micro_batch_size, self.model)
+        for part in micro_batches(sequences, size.sequences, None if size.sequences else size.tokens):
             mb = collate([sequences[i] for i in part], self.pad_id, self.device)
             with self.autocast():
                 logits = response_logits(self.model, mb)

@@ -8,8 +8,9 @@ optimizer, sync the engine. A strategy owns what only holds for its loss:
 - ``sources``: the per-token log-probs its loss reads besides the policy's own (``sources.py``):
   ``reference`` (the frozen start model), ``inference`` (what the rollout engine reported),
   ``teacher`` (the example's domain teacher);
-- ``loss(inputs)`` -> ``(loss, sums)``: one micro-batch's share of the step's loss, and metric sums;
-  ``finish_metrics(sums)`` turns the sums over the step's micro-batches into what is logged.
+- ``loss(inputs)`` -> ``(loss, sums)``: one micro-batch's share of the step's loss, and metric sums
+  (floats, or tensors the loop reads once at the end of the step, so a pass needs no device read);
+  ``finish_metrics(sums)`` turns the sums over the step's micro-batches (floats) into what is logged.
 
 A strategy is built from the sections that hold loss settings: ``optim`` (``kl_coef``) and ``mopd``.
 Strategies are registered in ``cascade_envs.registry.loss_strategies`` the way envs are: the built-in
@@ -78,7 +79,7 @@ class LossStrategy:
     def __init__(self, optim: OptimConfig, mopd: MOPDConfig) -> None:
         """Read the settings the loss needs from its sections (the base reads none)."""
 
-    def loss(self, inputs: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, inputs: LossInputs) -> tuple[Tensor, dict[str, float | Tensor]]:
         raise NotImplementedError
 
     def finish_metrics(self, sums: dict[str, float]) -> dict[str, float]:
@@ -93,15 +94,15 @@ class GRPO(LossStrategy):
         self.kl_coef = optim.kl_coef
         self.sources = frozenset({"reference"}) if self.kl_coef > 0 else frozenset()
 
-    def loss(self, inputs: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, inputs: LossInputs) -> tuple[Tensor, dict[str, float | Tensor]]:
         reference = inputs.source("reference").logp if "reference" in self.sources else None
         loss = grpo_loss(
             inputs.logp, inputs.advantages, inputs.mask, reference, self.kl_coef, num_tokens=inputs.num_tokens
         )
-        metrics: dict[str, float] = {}
+        metrics: dict[str, float | Tensor] = {}
         if reference is not None:
             kl = k3_kl(inputs.logp.detach(), reference)
-            metrics["train/kl_sum"] = float(kl[inputs.mask.bool()].sum())
+            metrics["train/kl_sum"] = torch.where(inputs.mask.bool(), kl, torch.zeros_like(kl)).sum()
         return loss, metrics
 
 
@@ -123,7 +124,7 @@ class MOPD(LossStrategy):
         self.eps_high = mopd.eps_high
         self.normalization = mopd.normalization
 
-    def loss(self, inputs: LossInputs) -> tuple[Tensor, dict[str, float]]:
+    def loss(self, inputs: LossInputs) -> tuple[Tensor, dict[str, float | Tensor]]:
         teacher, inference = inputs.source("teacher"), inputs.source("inference").logp
         keep = inputs.mask.bool()
         unscored = int((keep & ~torch.isfinite(teacher.logp)).sum())
@@ -146,17 +147,17 @@ class MOPD(LossStrategy):
         logp = inputs.logp.detach().float()
         _, gated = importance_weight(logp, inference, keep, self.eps_low, self.eps_high)
         advantage = torch.where(keep, teacher.logp.float() - logp, torch.zeros_like(logp))
-        sums = {
-            "tokens": float(keep.sum()),
-            "gated": float(gated.sum()),
-            "no_inference": float((keep & ~torch.isfinite(inference)).sum()),
-            "advantage": float(advantage.sum()),
+        sums: dict[str, float | Tensor] = {
+            "tokens": keep.sum(),
+            "gated": gated.sum(),
+            "no_inference": (keep & ~torch.isfinite(inference)).sum(),
+            "advantage": advantage.sum(),
         }
         if teacher.top1 is not None:
-            sums["top1"] = float((teacher.top1.bool() & keep).sum())
+            sums["top1"] = (teacher.top1.bool() & keep).sum()
         for row, env_id in enumerate(inputs.env_ids):
-            sums[f"advantage/{env_id}"] = sums.get(f"advantage/{env_id}", 0.0) + float(advantage[row].sum())
-            sums[f"tokens/{env_id}"] = sums.get(f"tokens/{env_id}", 0.0) + float(keep[row].sum())
+            sums[f"advantage/{env_id}"] = sums.get(f"advantage/{env_id}", 0.0) + advantage[row].sum()
+            sums[f"tokens/{env_id}"] = sums.get(f"tokens/{env_id}", 0.0) + keep[row].sum()
         return loss, sums
 
     def finish_metrics(self, sums: dict[str, float]) -> dict[str, float]:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..core import CascadeError
-from .config import ConfigError, ModelConfig, MOPDConfig, WeightDtype, model_path
+from .config import BatchSize, ConfigError, ModelConfig, MOPDConfig, WeightDtype, model_path
 from .model import load_model
 from .sources import HFScorer, LogprobSource, RoutedSource
 from .vllm_teacher import GREEDY_TEMPERATURES, VLLMTeacher
@@ -180,7 +180,7 @@ def load_teachers(
     env_ids: Iterable[str],
     *,
     temperature: float,
-    micro_batch_size: int,
+    micro_batch_size: BatchSize,
     student: Any,
     student_tokenizer: Any,
     pad_id: int,

@@ -108,11 +108,16 @@ class RowSampler:
         self.greedy = temps <= 0
         self.scale = torch.where(self.greedy, torch.ones_like(temps), temps)[:, None]
         self.top_p = torch.tensor([r.top_p for r in requests], dtype=torch.float32, device=device)[:, None]
+        # the same settings on the host, so choosing a path never reads from the device
+        self.unit_scale = [r.temperature <= 0 or r.temperature == 1 for r in requests]
+        self.nucleus = [r.top_p < 1 for r in requests]
+        # CPU generators on every device: a GPU row then draws its uniform on the host (one copy for
+        # the whole batch instead of one kernel launch per row)
         self.generators: list[torch.Generator | None] = []
         for r in requests:
             g = None
             if r.temperature > 0:
-                g = torch.Generator(device=device)
+                g = torch.Generator()
                 g.manual_seed(r.seed)
             self.generators.append(g)
 
@@ -124,8 +129,8 @@ class RowSampler:
         is ``logit / T - logsumexp(logits / T)``, what ``log_softmax`` gives.
         """
         index = torch.tensor(rows, device=logits.device)
-        scale = self.scale[index]
-        scaled = logits.float() if bool((scale == 1).all()) else logits.float() / scale
+        unit = all(self.unit_scale[row] for row in rows)
+        scaled = logits.float() if unit else logits.float() / self.scale[index]
         peak = scaled.amax(dim=-1, keepdim=True)  # NaN if any logit is NaN
         if not bool(torch.isfinite(peak).all()):
             raise PolicyError("the model produced NaN or all -inf logits")
@@ -137,11 +142,10 @@ class RowSampler:
         if greedy:
             chosen[greedy] = scaled[greedy].argmax(dim=-1)
         if sampling:
-            uniform = torch.cat(
-                [torch.rand(1, generator=self.generators[rows[k]], device=logits.device) for k in sampling]
-            )
-            top_p = self.top_p[index[sampling]]
-            if bool((top_p < 1).any()):
+            uniform = torch.cat([torch.rand(1, generator=self.generators[rows[k]]) for k in sampling])
+            uniform = uniform.to(logits.device)
+            if any(self.nucleus[rows[k]] for k in sampling):
+                top_p = self.top_p[index[sampling]]
                 pick = weights[sampling]
                 chosen[sampling] = _BlockSums(_nucleus(pick / pick.sum(dim=-1, keepdim=True), top_p)).draw(
                     uniform
@@ -188,9 +192,12 @@ class _BlockSums:
         target = uniform.double()[:, None] * end[:, -1:]
         block = _clamp_to_positive(torch.searchsorted(end, target, right=True)[:, 0], mass)
         start = block * self.SIZE
-        inside = torch.nn.utils.rnn.pad_sequence(  # the last block may be short: zero-padded
-            [self.weights[i, s : s + self.SIZE] for i, s in zip(index.tolist(), start.tolist(), strict=True)],
-            batch_first=True,
+        # each drawn row's block, the last one zero-padded where the vocabulary ends
+        columns = start[:, None] + torch.arange(self.SIZE, device=device)
+        vocab = self.weights.shape[1]
+        picked = self.weights[index[:, None], columns.clamp(max=vocab - 1)]
+        inside = torch.where(
+            columns < vocab, picked, torch.zeros((), dtype=picked.dtype, device=device)
         ).double()
         before = end.gather(1, block[:, None]) - mass.gather(1, block[:, None])
         token = torch.searchsorted(inside.cumsum(dim=-1), target - before, right=True)[:, 0]

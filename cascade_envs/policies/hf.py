@@ -34,8 +34,9 @@ from ..core import CascadeError, Completion, Message  # noqa: E402
 from ..policy import ContextOverflowError, PolicyError, SamplingParams, render_chat_prompt  # noqa: E402
 from .decoding import GenRequest, end_token_ids, generate_batch  # noqa: E402
 from .shared_decoding import generate_shared, supports_shared_decoding  # noqa: E402
+from .static_decoding import generate_static, supports_static_decoding  # noqa: E402
 
-DECODINGS = ("auto", "shared", "generate")
+DECODINGS = ("auto", "shared", "static", "generate")
 
 _SEED_MOD = 2**63
 
@@ -49,9 +50,14 @@ class HFPolicy:
     ``dtype`` defaults to the checkpoint's.
 
     ``decoding``: ``"shared"`` prefills each distinct prompt of a batch once and drops finished
-    rows as it goes (``shared_decoding.py``; plain decoder-only architectures); ``"generate"`` is one
+    rows as it goes (``shared_decoding.py``; plain decoder-only architectures); ``"static"`` shares
+    the prefill too, then decodes on fixed-size buffers, each step one CUDA graph replay on a GPU
+    (``static_decoding.py``; those architectures with sdpa-style attention); ``"generate"`` is one
     transformers ``model.generate`` call per batch (any architecture); ``"auto"`` (default) picks
-    ``shared`` where the model supports it.
+    ``static`` on CUDA and ``shared`` on CPU where the model supports them.
+
+    ``autocast_dtype`` generates under ``torch.autocast`` of that dtype (a trainer's mixed
+    precision), so the sampled tokens' logprobs come from the numeric path it trains with.
 
     Each ``Completion`` carries ``prompt_token_ids``, the sampled ``token_ids`` (ending with the EOS
     or stop-completing token when ``finish_reason == "stop"``) and their ``logprobs``:
@@ -67,6 +73,7 @@ class HFPolicy:
         dtype: torch.dtype | str | None = None,
         max_batch_size: int = 16,
         decoding: str = "auto",
+        autocast_dtype: torch.dtype | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -92,13 +99,8 @@ class HFPolicy:
         self.model: PreTrainedModel = loaded
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
-        shared = supports_shared_decoding(loaded)
-        if decoding == "shared" and not shared:
-            model_type = getattr(getattr(loaded, "config", None), "model_type", None)
-            raise CascadeError(
-                f"decoding='shared' does not support model type {model_type!r}: use decoding='generate'"
-            )
-        self.decoding = ("shared" if shared else "generate") if decoding == "auto" else decoding
+        self.decoding = _decoding(loaded, decoding)
+        self.autocast_dtype = autocast_dtype
         self.eos_token_ids = end_token_ids(loaded, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id: int = pad if pad is not None else min(self.eos_token_ids, default=0)
@@ -220,11 +222,13 @@ class HFPolicy:
             raise PolicyError("this HFPolicy was closed")
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         results: list[Completion | None] = [None] * len(requests)
-        with self._model_lock:
+        with self._model_lock, self._autocast():
             was_training = self.model.training
             self.model.eval()
             try:
-                decode_batch = generate_shared if self.decoding == "shared" else generate_batch
+                decode_batch = {"shared": generate_shared, "static": generate_static}.get(
+                    self.decoding, generate_batch
+                )
                 for start in range(0, len(order), self.max_batch_size):
                     chunk = order[start : start + self.max_batch_size]
                     batch = [requests[i] for i in chunk]
@@ -234,6 +238,12 @@ class HFPolicy:
             finally:
                 self.model.train(was_training)
         return results  # type: ignore[return-value]  # every slot was filled by the loop above
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast over a whole batch (one cast of each weight per batch: autocast caches them)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.model.device.type, dtype=self.autocast_dtype)
 
     # -- async Policy protocol -------------------------------------------------------------------
 
@@ -298,6 +308,22 @@ class HFPolicy:
                     await worker
         while queue is not None and not queue.empty():
             _fail([queue.get_nowait()], PolicyError("this HFPolicy was closed"))
+
+
+def _decoding(model: PreTrainedModel, decoding: str) -> str:
+    """The decoding path ``decoding`` names for ``model`` (``auto``: the fastest it supports)."""
+    supported = {"shared": supports_shared_decoding(model), "static": supports_static_decoding(model)}
+    if decoding == "auto":
+        order = ("static", "shared") if model.device.type == "cuda" else ("shared",)
+        return next((name for name in order if supported[name]), "generate")
+    if not supported.get(decoding, True):
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        raise CascadeError(
+            f"decoding={decoding!r} does not support model type {model_type!r} with {attention} attention: "
+            "use decoding='generate'"
+        )
+    return decoding
 
 
 def _fail(items: list[tuple[GenRequest, asyncio.Future]], error: Exception) -> None:

@@ -283,8 +283,10 @@ def test_a_checkpoint_of_another_model_is_refused_with_one_line(model_dir, tmp_p
     assert not torch.distributed.is_initialized()
 
 
-def test_nproc_sets_the_world_size_and_starts_torchrun(model_dir, tmp_path, monkeypatch):
-    """``cascade-envs train CONFIG --nproc 2`` launches 2 ranks running the same command line."""
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_nproc_sets_the_world_size_and_starts_torchrun(model_dir, tmp_path, monkeypatch, nproc):
+    """``cascade-envs train CONFIG --nproc N`` launches N ranks running the same command line (one rank:
+    a sharded run of one, which can use ``train.cpu_offload``)."""
     from cascade_envs.cli import main
     from cascade_envs.trainer.parallel import launch as launch_module
 
@@ -299,13 +301,13 @@ def test_nproc_sets_the_world_size_and_starts_torchrun(model_dir, tmp_path, monk
     data["train"]["world_size"] = 1
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    assert main(["train", str(path), "--set", "optim.lr=0.001", "--nproc", "2"]) == 0
+    assert main(["train", str(path), "--set", "optim.lr=0.001", "--nproc", str(nproc)]) == 0
     (command,) = calls
     assert command[1:6] == [
         "-m",
         "torch.distributed.run",
         "--standalone",
-        "--nproc-per-node=2",
+        f"--nproc-per-node={nproc}",
         "--max-restarts=0",
     ]
     assert command[6:] == [
@@ -316,5 +318,5 @@ def test_nproc_sets_the_world_size_and_starts_torchrun(model_dir, tmp_path, monk
         "--set",
         "optim.lr=0.001",
         "--set",
-        "train.world_size=2",
+        f"train.world_size={nproc}",
     ]

@@ -187,7 +187,7 @@ def test_mopd_strategy_loss_and_metrics_over_micro_batches():
         loss, metrics = strategy.loss(inputs)
         total = total + loss.detach()
         for key, value in metrics.items():
-            sums[key] = sums.get(key, 0.0) + value
+            sums[key] = sums.get(key, 0.0) + float(value)  # the loop reads the sums as floats
     out = strategy.finish_metrics(sums)
     # the missing inference log-prob counts as ratio 1: the same loss as with inf = logp there
     filled = torch.where(torch.isnan(inf), logp, inf)

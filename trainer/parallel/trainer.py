@@ -31,9 +31,11 @@ import torch
 from ...rollout.runner import GroupResult, RolloutRunner
 from .. import checkpoint as ckpt
 from ..config import Config
+from ..layout import PassSize, rule
 from ..loop import Trainer, TrainingError
-from ..model import DTYPES, MicroBatch, _full_logits, autocast, token_logprobs
+from ..model import MicroBatch, _full_logits, token_logprobs
 from ..packing import PackedBatch
+from ..precision import autocast, compute_dtype
 from ..sequence import TrainSequence
 from ..sources import LogprobSource
 from .dcp import load_plain_optimizer, load_sharded, save_sharded
@@ -71,10 +73,7 @@ class ShardedTrainer(Trainer):
         if self.local_engine:
             self.rollout_model = copy.deepcopy(model)
         device = next(model.parameters()).device
-        name = self.config.model.mixed_precision
-        if name == "auto":
-            name = "bfloat16" if device.type == "cuda" else "no"
-        dtype = DTYPES[name] if name != "no" and device.type == "cuda" else None
+        dtype = compute_dtype(self.config.model, device) if device.type == "cuda" else None
         return shard_model(model, self.ranks.world_size, device, dtype, self.config.train.cpu_offload)
 
     def _log_dir(self) -> Path:
@@ -106,8 +105,24 @@ class ShardedTrainer(Trainer):
         mine = group_slice(groups, self.ranks.world_size, self.rank)
         return [s for s in sequences if s.group in mine]
 
-    def _micro_batches(self, sequences: list[TrainSequence]) -> list[list[int]]:
-        parts = super()._micro_batches(sequences)
+    def _check_processes(self, config: Config) -> None:
+        """A rank may use every sharded-run setting."""
+
+    def _start_fresh(self) -> None:
+        # rank 0 sets the earlier run aside before any rank writes its logs
+        if self.ranks.is_main:
+            super()._start_fresh()
+        self.ranks.barrier("setting the earlier run aside")
+
+    def _choose_layout(self, sequences: list[TrainSequence], size: PassSize) -> tuple[bool, str]:
+        # no timing in a sharded run: every rank must take the same layout
+        if self.config.train.packing != "auto":
+            return super()._choose_layout(sequences, size)
+        packed = rule(self.model)
+        return packed, f"train.packing auto in a sharded run: {'packed' if packed else 'padded'} (rule)"
+
+    def _micro_batches(self, sequences: list[TrainSequence], size: PassSize, packed: bool) -> list[list[int]]:
+        parts = super()._micro_batches(sequences, size, packed)
         most = max(self.ranks.gather(len(parts), "micro-batch counts"))
         return parts + [[] for _ in range(most - len(parts))]
 
