@@ -47,6 +47,7 @@ for folder in envs plugins trainer; do ln -s "$ROOT/$folder" "$SITE/cascade_envs
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
 start=$SECONDS
+cd "$SITE"  # not the checkout: a rank started with `python -m` puts its cwd first on sys.path
 timeout 350 "$PY" "$ROOT/bench/gpu_check.py" --out "$OUT_DIR" "$@"
 rc=$?
 log "bench/gpu_check.py finished in $((SECONDS - start)) s (exit $rc); table: $OUT_DIR/gpu_check.md"
