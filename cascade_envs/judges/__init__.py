@@ -18,8 +18,8 @@ from .base import (
     JudgeReplyError,
     JudgeUnavailable,
 )
-from .fault import Canary, Failure, Health, blame
 from .env import JudgedEnv
+from .fault import Canary, Failure, Health, blame
 from .http_judge import HTTPJudge
 from .quoting import Quote
 from .resolve import make_judge

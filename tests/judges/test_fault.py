@@ -18,8 +18,8 @@ from cascade_envs.judges import (
     JudgeError,
     JudgeReplyError,
     blame,
+    fault,
 )
-from cascade_envs.judges import fault
 from cascade_envs.judges.http_judge import reply_text
 from cascade_envs.judges.quoting import DEFENCES, Quote
 from cascade_envs.testing import ScriptedJudge
