@@ -11,7 +11,7 @@ from ..data import TaskT
 from ..env import Env
 from .base import Judge, JudgeError, JudgeReplyError
 from .fault import CONTROL_TTL_S, Canary, Failure, blame
-from .quoting import Quote
+from .quoting import DEFENCES, Quote
 from .resolve import JudgeSource, make_judge
 
 T = TypeVar("T")
@@ -119,7 +119,8 @@ class JudgedEnv(Env[TaskT]):
         opens the failure's text; ``components`` go into the reward.
         """
         failure = Failure.of(error, prefix)
-        health = await self.canary.check(key, control) if failure.kind == "reply" else None
+        weigh = failure.kind == "reply" and DEFENCES.blame
+        health = await self.canary.check(key, control) if weigh else None
         return blame([failure], health, **components)
 
     async def aclose(self) -> None:

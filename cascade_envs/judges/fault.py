@@ -27,6 +27,7 @@ call that runs past its deadline says more about the judge's load than about the
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import Counter, OrderedDict
@@ -116,7 +117,9 @@ class Canary:
         self._running: dict[tuple[int, Hashable], tuple[asyncio.Task[Health], list[int]]] = {}
 
     async def check(self, key: Hashable, probe: Callable[[], Awaitable[object]]) -> Health:
-        """The judge's health on ``key``'s control request (cached, or ``probe``'s call now)."""
+        """The judge's health on ``key``'s control request (cached, or ``probe``'s call now); ``key``
+        is kept as a digest of its ``repr`` (a task's texts may be long)."""
+        key = hashlib.sha256(repr(key).encode("utf-8", "surrogatepass")).hexdigest()
         cached = self._fresh(key)
         if cached is not None:
             self.stats["reused"] += 1

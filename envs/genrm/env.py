@@ -64,6 +64,7 @@ from cascade_envs.core import Message, Reward, Row, TaskError
 from cascade_envs.data import Prompt
 from cascade_envs.episode import Episode
 from cascade_envs.judges import Failure, Health, JudgedEnv, JudgeError, JudgeReplyError, blame
+from cascade_envs.judges.quoting import DEFENCES
 from cascade_envs.reasoning import NO_ANSWER, has_visible_text, split_reasoning
 
 from .aggregate import Coefficients, Outcome, RolloutScore, Verdict, aggregate_group, comparison_plan
@@ -230,7 +231,11 @@ class GenRMEnv(JudgedEnv[Prompt]):
         judge's health (other comparisons, else the stand-in control), then, where the partners
         leave the fault open, the answer alone against a stand-in; all within the group deadline."""
         unscored = {i: s for i, s in scores.items() if s.status == "unscored"}
-        weighed = [i for i, s in unscored.items() if all(o.kind == "reply" for o in s.failed_outcomes)]
+        weighed = [
+            i
+            for i, s in unscored.items()
+            if DEFENCES.blame and all(o.kind == "reply" for o in s.failed_outcomes)
+        ]
         health: Health | None = None
         alone: dict[int, Verdict | Failure] = {}
         if weighed:

@@ -34,6 +34,7 @@ default; here the reply is unparseable and is asked again).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import string
@@ -147,9 +148,10 @@ def check_template(template: str) -> str:
     return template
 
 
-def _fields(template: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def _fields(template: str) -> frozenset[str]:
     """The replacement fields of ``template``; ``ValueError`` when it does not parse."""
-    return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    return frozenset(name for _, name, _, _ in string.Formatter().parse(template) if name is not None)
 
 
 def render_conversation(messages: list[Message]) -> str:

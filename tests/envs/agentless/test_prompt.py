@@ -108,3 +108,24 @@ def test_max_edits_and_max_answer_chars_are_env_settings():
     assert run_sync(env.areward(env.tasks[0], FIX)).value == 1.0
     env.close()
     short.close()
+
+
+def test_the_judge_prompt_fences_each_part_and_repeats_its_instructions_after_the_patch():
+    patch = "diff --git a/pkg/a.py b/pkg/a.py\n+    return x[0] if x else None"
+    (system, user), quote = prompt.judge_messages(SPEC, patch, ["pkg/a.py"])
+    text = user["content"]
+    sections = [f"<<{title} {quote.tag}>>" for title in prompt.JUDGE_TITLES]
+    assert [text.index(s) for s in sections] == sorted(text.index(s) for s in sections)
+    assert f"<<CANDIDATE PATCH {quote.tag}>>\n{patch}\n<</CANDIDATE PATCH {quote.tag}>>" in text
+    after = text.split(f"<</CANDIDATE PATCH {quote.tag}>>")[1]
+    assert (
+        after.index("The files before any patch")
+        < after.index(quote.reminder())
+        < after.index("Judge whether")
+    )
+    assert text.rstrip().endswith("SCORE: <an integer from 0 to 10>")
+    assert "only those lines open and close it" in system["content"]
+    # the control request: the reference patch as the candidate, no policy text to scrub
+    (_, control), control_quote = prompt.judge_messages(SPEC, None, ["pkg/a.py"])
+    assert control_quote.untrusted == ()
+    assert f"<<CANDIDATE PATCH {control_quote.tag}>>\n{SPEC.reference_patch.strip()}\n" in control["content"]
