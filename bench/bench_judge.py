@@ -194,7 +194,7 @@ def genrm_section(url: str, group: int, concurrency: int, repeats: int) -> None:
     async def bare_calls() -> float:
         judge = HTTPJudge(url, model="bench", concurrency=concurrency, timeout_s=600)
         messages = [
-            comparison_messages([{"role": "user", "content": task["prompt"]}], answers[i], answers[j])
+            comparison_messages([{"role": "user", "content": task["prompt"]}], answers[i], answers[j])[0]
             for i, j in plan
         ]
         try:
@@ -218,8 +218,8 @@ def genrm_section(url: str, group: int, concurrency: int, repeats: int) -> None:
     def cpu_work() -> None:
         outcomes = []
         for i, j in plan:
-            comparison_messages(conversation, answers[i], answers[j])
-            outcomes.append(Outcome(i, j, verdict=parse_verdict(VERDICT)))
+            _, quote = comparison_messages(conversation, answers[i], answers[j])
+            outcomes.append(Outcome(i, j, verdict=parse_verdict(VERDICT, quote)))
         aggregate_group(outcomes, list(range(group)), lengths, lengths, Coefficients())
 
     def aggregate_only(outcomes: list[Outcome]) -> None:

@@ -41,6 +41,11 @@ class JudgeError(CascadeError):
     """A judge call that failed after its retries, or a judge reply that did not parse."""
 
 
+class JudgeReplyError(JudgeError):
+    """A reply that arrived but holds no verdict: no text, reasoning that never closed, or text that
+    does not parse. Unlike a failed call it may be the judged answer's doing (``judges.fault``)."""
+
+
 class JudgeUnavailable(CascadeError):
     """No judge is configured for ``owner`` (an env's name); the message says in one line how to start one.
 

@@ -20,7 +20,7 @@ from typing import Any
 from ..core import Message
 from ..policy import PolicyError, SamplingParams
 from ..reasoning import split_reasoning
-from .base import JudgeError
+from .base import JudgeError, JudgeReplyError
 
 NAME = "embedded"
 DEFAULT_MAX_TOKENS = 64
@@ -87,7 +87,7 @@ class EmbeddedJudge:
             raise JudgeError(f"{self!r} failed to generate: {exc}") from exc
         split = split_reasoning(completion)
         if split.unterminated:
-            raise JudgeError(f"{self!r}: the reply's <think> block never closed within {limit} tokens")
+            raise JudgeReplyError(f"{self!r}: the reply's <think> block never closed within {limit} tokens")
         return split.answer
 
     async def aclose(self) -> None:

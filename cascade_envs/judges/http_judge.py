@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core import Message
 from ..http import HTTPRequestError, RetryingClient
-from .base import JUDGE_API_KEY_ENV, JudgeError
+from .base import JUDGE_API_KEY_ENV, JudgeError, JudgeReplyError
 
 MAX_BACKOFF_S = 10.0
 """The longest wait between two attempts (a ``Retry-After`` included); the retry budget bounds the sum."""
@@ -156,7 +156,7 @@ def reply_text(data: Any) -> str:
     if not isinstance(content, str):
         what = "missing" if content is None else f"a {type(content).__name__}"
         finish = choices[0].get("finish_reason")
-        raise JudgeError(f"judge reply has no text (content is {what}, finish_reason {finish!r})")
+        raise JudgeReplyError(f"judge reply has no text (content is {what}, finish_reason {finish!r})")
     return content
 
 

@@ -29,14 +29,18 @@ def changed_lines(patch: str) -> list[str]:
     return [line for line in patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
+def section(prompt: str, title: str) -> re.Match[str] | None:
+    """The fenced section ``title`` of a judge prompt (its text is group 2)."""
+    return re.search(rf"<<{title} (Q[0-9a-f]+)>>\n(.*?)\n<</{title} \1>>", prompt, re.DOTALL)
+
+
 def reference_verdict(messages: list[dict[str, Any]]) -> str:
-    """Compares the ``<candidate_patch>`` of the judge prompt with its ``<reference_patch>``."""
+    """Compares the CANDIDATE PATCH section of the judge prompt with its REFERENCE PATCH."""
     prompt = messages[-1]["content"]
-    reference = re.search(r"<reference_patch>\n(.*?)\n</reference_patch>", prompt, re.DOTALL)
-    candidate = re.search(r"<candidate_patch>\n(.*?)\n</candidate_patch>", prompt, re.DOTALL)
+    reference, candidate = section(prompt, "REFERENCE PATCH"), section(prompt, "CANDIDATE PATCH")
     if reference is None or candidate is None:
         return "I cannot find the patches."
-    same = changed_lines(reference.group(1)) == changed_lines(candidate.group(1))
+    same = changed_lines(reference.group(2)) == changed_lines(candidate.group(2))
     return f"The candidate {'matches' if same else 'differs from'} the reference.\nSCORE: {10 if same else 0}"
 
 

@@ -8,8 +8,11 @@ writes the unified diff, and scores it with one of two rewards:
 - ``reward="judge"`` (default, as the report: GPT-OSS-120B as the reward model): an LLM judge
   grades the patch against the issue and the reference patch on a 0-10 scale, mapped to [0, 1]
   (template and scale: ``prompt.py``). A format error scores 0 with its reason, without a judge
-  call. Masked, with the reason: the judge call failed after its retries (down, 5xx, past its
-  deadline) or its reply has no valid ``SCORE:`` line.
+  call. A reply without a valid final ``SCORE:`` line is weighed by ``cascade_envs.judges.fault``:
+  the task is sent with the reference patch as the candidate (the control request, at most once
+  per task and ``judge_control_ttl_s``), and when the judge scores that, the failure is the
+  patch's: 0 with the reason. Masked, with the reason: the judge call failed after its retries
+  (down, 5xx, past its deadline), or the control got no score either.
 - ``reward="similarity"`` (SWE-RL; no judge needed, none is built): the mean per-file
   ``SequenceMatcher`` ratio between the patch and the reference patch (``similarity.py``); a
   format error scores ``format_error_reward`` (-1, as SWE-RL; 0 keeps the conformance contract
@@ -41,6 +44,7 @@ rules, whatever ``reward`` says (``gym_modes.py``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
 from cascade_envs.core import Reward, Row
@@ -163,12 +167,20 @@ class AgentlessRepairEnv(JudgedEnv[AgentlessTask]):
                 outcome.similarity, info, reason=f"similarity {outcome.similarity:.3f} to the reference"
             )
         touched = sorted(set(outcome.changed) | set(spec.reference))
+        messages, quote = judge_messages(spec, outcome.patch, touched)
         try:
-            score = await self.ajudge(judge_messages(spec, outcome.patch, touched), parse_judge_score)
+            score = await self.ajudge(messages, partial(parse_judge_score, quote=quote), quote)
         except JudgeError as exc:
-            return Reward.failed(f"judge: {exc}", **info)
+            return await self.ablame(
+                exc, spec.reference_patch, partial(self._control, spec), "judge: ", **info
+            )
         info["judge_score"] = score
         return Reward(score / SCORE_SCALE, info, reason=f"judge score {score:g}/{SCORE_SCALE}")
+
+    async def _control(self, spec: RepairSpec) -> float:
+        """The control request: the task with the reference patch as the candidate (no policy text)."""
+        messages, quote = judge_messages(spec, None, sorted(spec.reference))
+        return await self.ajudge(messages, partial(parse_judge_score, quote=quote), quote)
 
     def _format_error(self, error: str) -> Reward:
         return Reward(

@@ -23,7 +23,8 @@ Lengths are characters of the stripped text, as upstream. Where we differ, on pu
 - the group statistics of steps 4-5 run over the answers that have a base score; answers scored
   without the judge (empty, too long, malformed) and masked ones are left out (upstream gives an
   unscored answer a default score of 3 and counts an empty answer as the shortest);
-- an answer with no verdict is never given a default score: see ``aggregate_group`` for the rule.
+- an answer with no verdict is never given a default score: it is left "unscored" for the env,
+  which decides with ``cascade_envs.judges.fault`` whether it scores 0 or is masked.
 """
 
 from __future__ import annotations
@@ -99,14 +100,15 @@ class Coefficients:
             raise ValueError(f"top_fraction must be in (0, 1], got {self.top_fraction!r}")
 
 
-Status = Literal["scored", "no_verdict", "masked"]
+Status = Literal["scored", "unscored", "masked"]
 
 
 @dataclass
 class RolloutScore:
-    """One answer's aggregate. ``value`` is set when ``status`` is "scored"; "no_verdict": the judge
-    could not judge this answer though it judged the others (the env scores it as no answer);
-    "masked": no verdict for a reason that is not the answer's (``reason`` says which)."""
+    """One answer's aggregate. ``value`` is set when ``status`` is "scored"; "unscored": none of its
+    comparisons gave a verdict (``failed_outcomes`` says why; ``partners_judged``: each partner of
+    those comparisons was a stand-in or has a verdict elsewhere, so the failures follow this answer);
+    "masked": the plan gave it no comparison (``reason``)."""
 
     status: Status
     value: float | None = None
@@ -118,6 +120,8 @@ class RolloutScore:
     length_adjustment: float = 0.0
     reason: str | None = None
     failures: list[str] = field(default_factory=list)
+    failed_outcomes: list[Outcome] = field(default_factory=list)
+    partners_judged: bool = False
 
 
 def comparison_plan(strategy: str, n: int, judges_per_pair: int = 1) -> list[tuple[int, int]]:
@@ -174,13 +178,9 @@ def aggregate_group(
     """Each candidate's ``RolloutScore`` from the group's comparison ``outcomes``.
 
     ``candidates``: the indices of the answers to score (other indices in ``outcomes`` stand for
-    answers shown to the judge as an empty response, scored by the caller). The rule for answers
-    without a verdict: an answer with at least one verdict is scored on those it has. One with none
-    is "no_verdict" (scored as no answer) only when every one of its comparisons failed because the
-    judge's replies did not parse and every answer it was compared with has a verdict elsewhere:
-    the judge handles the rest of the group, so the failures follow this answer (e.g. text that
-    derails the judge), and a model must not turn a bad answer into a masked one that way. Otherwise
-    (judge down, slow, group deadline, or no evidence either way) it is masked with the reason.
+    answers shown to the judge as an empty response, scored by the caller). An answer with at least
+    one verdict is scored on those it has; one with none is "unscored", with what the caller needs
+    to weigh whose fault that is (``RolloutScore``).
     """
     verdicts_of: dict[int, list[float]] = {i: [] for i in candidates}
     ties_of = dict.fromkeys(candidates, 0)
@@ -213,19 +213,10 @@ def aggregate_group(
             result.base = sum(scores) / len(scores)
         elif not failed:
             result.status, result.reason = "masked", "the plan gave this answer no comparison"
-        elif all(o.kind == "reply" for o in failed) and all(
-            (o.second if o.first == i else o.first) in has_verdict for o in failed
-        ):
-            result.status = "no_verdict"
-            result.reason = (
-                f"the judge gave no usable verdict in any of this answer's {len(failed)} "
-                f"comparisons while it judged the other answers: {failed[0].failure}"
-            )
         else:
-            result.status = "masked"
-            result.reason = (
-                f"no verdict in any of {len(failed)} comparisons; {failed[0].kind}: {failed[0].failure}"
-            )
+            result.status, result.failed_outcomes = "unscored", failed
+            partners = [o.second if o.first == i else o.first for o in failed]
+            result.partners_judged = all(j not in verdicts_of or j in has_verdict for j in partners)
         results[i] = result
     bases = {i: r.base for i, r in results.items() if r.base is not None}
     _adjust(results, bases, reasoning_lengths, answer_lengths, coefficients)

@@ -14,7 +14,11 @@ from cascade_envs.data import read_rows
 from cascade_envs.testing import Case, ScriptedJudge
 
 ROW = next(row for _, row in read_rows("bundled:genrm/samples.jsonl") if row["id"] == "genrm-0005")
-_RESPONSE = re.compile(r"\[The Begin of Response ([12])\]\n(.*?)\n\[The End of Response \1\]", re.DOTALL)
+_RESPONSE = re.compile(
+    r"\[The Begin of Response ([12])\]\n<<RESPONSE \1 (Q[0-9a-f]+)>>\n(.*?)\n<</RESPONSE \1 \2>>\n"
+    r"\[The End of Response \1\]",
+    re.DOTALL,
+)
 
 
 def rubric_score(response: str) -> float:
@@ -31,7 +35,7 @@ def responses_of(messages: list[dict[str, Any]]) -> tuple[str, str]:
     roles = {m["role"]: m["content"] for m in messages}
     if "response_1" in roles:
         return roles["response_1"], roles["response_2"]
-    found = dict(_RESPONSE.findall(messages[-1]["content"]))
+    found = {number: text for number, _, text in _RESPONSE.findall(messages[-1]["content"])}
     return found["1"], found["2"]
 
 

@@ -38,26 +38,36 @@ up to 2.5 either way) plus the bonuses and length terms; GRPO normalises them pe
 answer the judge never saw is below every judged answer except one the judge tied at the lowest
 score and ranked clearly worse (the tie shift can take that below 0).
 
-Masking (see ``aggregate_group``): an answer is scored on the comparisons that gave a verdict; one
-with none is masked with the reason (judge down, slow, rate-limited, the group deadline), except
-that when its every comparison failed on unparseable judge replies while the judge judged the other
-answers, the failures are its own and it scores 0. A group of one answer cannot be compared: it is
+Answers without a verdict (the rule of every judged env, ``cascade_envs.judges.fault``): an
+answer is scored on the comparisons that gave a verdict. One with none scores 0, with the reason,
+when each of its comparisons got a reply without a verdict (after the parse retries), the judge
+gave verdicts elsewhere (other comparisons of the group, or else a control comparison of two
+stand-ins, ``"None"`` against ``"None"`` on the same conversation, at most once per conversation
+and ``judge_control_ttl_s``), and the failures are its own: each partner was judged elsewhere or is
+a stand-in, or else this answer alone against a stand-in gets no verdict either (its solo control).
+Otherwise it is masked with the reason (judge down, slow, rate-limited, the group deadline, a
+judge that fails the control too, or failures its partners may have caused). A group whose every
+answer derails the judge therefore scores 0s, not masks. Controls run only for answers left
+without a verdict, within the group deadline. A group of one answer cannot be compared: it is
 masked (answers the overlong rule cut are not in the group).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any, ClassVar
+import json
+from collections.abc import Awaitable, Sequence
+from functools import partial
+from typing import Any, ClassVar, TypeVar
 
 from cascade_envs.core import Message, Reward, Row, TaskError
 from cascade_envs.data import Prompt
 from cascade_envs.episode import Episode
-from cascade_envs.judges import JudgedEnv, JudgeError
+from cascade_envs.judges import Failure, Health, JudgedEnv, JudgeError, JudgeReplyError, blame
+from cascade_envs.judges.quoting import DEFENCES
 from cascade_envs.reasoning import NO_ANSWER, has_visible_text, split_reasoning
 
-from .aggregate import Coefficients, Outcome, RolloutScore, aggregate_group, comparison_plan
+from .aggregate import Coefficients, Outcome, RolloutScore, Verdict, aggregate_group, comparison_plan
 from .prompt import (
     DEFAULT_TEMPLATE,
     EMPTY_RESPONSE,
@@ -70,6 +80,7 @@ from .prompt import (
 MAX_ANSWER_CHARS = 100_000
 NOT_TEXT = ("\ufffd", "\x00")
 QUOTE_CHARS = 200
+T = TypeVar("T")
 
 
 class GenRMEnv(JudgedEnv[Prompt]):
@@ -159,20 +170,28 @@ class GenRMEnv(JudgedEnv[Prompt]):
                     "finished answers per prompt (group_size >= 2)"
                 )
             ]
+        deadline = asyncio.get_running_loop().time() + self.group_timeout_s
         scores: dict[int, RolloutScore] = {}
+        rewards: dict[int, Reward] = {}
         if candidates:
+            conversation = self.prompt(task)
             shown = [EMPTY_RESPONSE if i in unjudged else answer for i, answer in enumerate(answers)]
             plan = [
                 (i, j)
                 for i, j in comparison_plan(self.strategy, len(answers), self.judges_per_pair)
                 if i in candidates or j in candidates
             ]
-            outcomes = await self._judge_all(self.prompt(task), shown, plan)
+            outcomes = await self._judge_all(conversation, shown, plan, deadline)
             reasoning = {i: len(split_reasoning(episodes[i].final).reasoning) for i in candidates}
             lengths = {i: len(answers[i].strip()) for i in candidates}
             scores = aggregate_group(outcomes, candidates, reasoning, lengths, self.coefficients)
+            rewards = await self._weigh_unscored(conversation, shown, scores, outcomes, deadline)
         return [
-            Reward.zero(unjudged[i]) if i in unjudged else _reward(scores[i], self.strategy)
+            Reward.zero(unjudged[i])
+            if i in unjudged
+            else rewards[i]
+            if i in rewards
+            else _reward(scores[i], self.strategy)
             for i in range(len(answers))
         ]
 
@@ -190,43 +209,95 @@ class GenRMEnv(JudgedEnv[Prompt]):
         return None
 
     async def _judge_all(
-        self, conversation: list[Message], shown: Sequence[str], plan: list[tuple[int, int]]
+        self, conversation: list[Message], shown: Sequence[str], plan: list[tuple[int, int]], deadline: float
     ) -> list[Outcome]:
         """Every comparison of ``plan``, concurrently, until the group deadline; the late ones fail."""
-        tasks = [asyncio.ensure_future(self._compare(conversation, shown, i, j)) for i, j in plan]
-        try:
-            await asyncio.wait(tasks, timeout=self.group_timeout_s)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        outcomes = []
-        for task, (i, j) in zip(tasks, plan, strict=True):
-            if task.cancelled():
-                late = (
-                    f"the group deadline of {self.group_timeout_s:g} s passed before this comparison finished"
-                )
-                outcomes.append(Outcome(i, j, failure=late, kind="deadline"))
-            elif (error := task.exception()) is not None:
-                outcomes.append(Outcome(i, j, failure=f"{type(error).__name__}: {error}", kind="judge"))
-            else:
-                outcomes.append(task.result())
-        return outcomes
+        calls = [self._compare(conversation, shown, i, j) for i, j in plan]
+        results = await _until(calls, deadline, self.group_timeout_s)
+        return [
+            result if isinstance(result, Outcome) else Outcome(i, j, failure=result.detail, kind=result.kind)
+            for result, (i, j) in zip(results, plan, strict=True)
+        ]
+
+    async def _weigh_unscored(
+        self,
+        conversation: list[Message],
+        shown: Sequence[str],
+        scores: dict[int, RolloutScore],
+        outcomes: list[Outcome],
+        deadline: float,
+    ) -> dict[int, Reward]:
+        """``judges.fault`` for each answer left without a verdict, with the controls it needs: the
+        judge's health (other comparisons, else the stand-in control), then, where the partners
+        leave the fault open, the answer alone against a stand-in; all within the group deadline."""
+        unscored = {i: s for i, s in scores.items() if s.status == "unscored"}
+        weighed = [
+            i
+            for i, s in unscored.items()
+            if DEFENCES.blame and all(o.kind == "reply" for o in s.failed_outcomes)
+        ]
+        health: Health | None = None
+        alone: dict[int, Verdict | Failure] = {}
+        if weighed:
+            health = await self._health(conversation, outcomes, deadline)
+            solo = [i for i in weighed if not unscored[i].partners_judged]
+            if health.ok and solo:
+                calls = [self._control(conversation, shown[i]) for i in solo]
+                alone = dict(zip(solo, await _until(calls, deadline, self.group_timeout_s), strict=True))
+        rewards = {}
+        for i, score in unscored.items():
+            failures = [Failure(o.kind or "judge", o.failure or "no verdict") for o in score.failed_outcomes]
+            result = alone.get(i)
+            if isinstance(result, Failure) and result.kind != "reply":
+                failures.append(result)  # the solo control failed for the judge's reasons: a mask
+            isolated = score.partners_judged or isinstance(result, Failure)
+            rewards[i] = blame(
+                failures, health if i in weighed else None, isolated=isolated, **_components(score)
+            )
+        return rewards
+
+    async def _health(self, conversation: list[Message], outcomes: list[Outcome], deadline: float) -> Health:
+        """Whether the judge gives verdicts on this conversation: the group's other comparisons, or
+        else a control comparison of two stand-ins (``self.canary``)."""
+        judged = sum(o.verdict is not None for o in outcomes)
+        if judged:
+            many = "s" if judged > 1 else ""
+            return Health(True, f"gave verdicts on {judged} other comparison{many} of the group")
+        key = ("genrm", self.prompt_format, self.prompt_template, json.dumps(conversation, sort_keys=True))
+        check = self.canary.check(key, partial(self._control, conversation, None))
+        (result,) = await _until([check], deadline, self.group_timeout_s)
+        return result if isinstance(result, Health) else Health(False, result.detail)
+
+    async def _control(self, conversation: list[Message], answer: str | None) -> Verdict:
+        """A control comparison: ``answer`` (``None``: a stand-in too) against a stand-in, asked as
+        the plan's comparisons are; raises ``JudgeError`` when it gives no verdict."""
+        first = EMPTY_RESPONSE if answer is None else answer
+        outcome = await self._compare(conversation, [first, EMPTY_RESPONSE], 0, 1)
+        if outcome.verdict is None:
+            error = JudgeReplyError if outcome.kind == "reply" else JudgeError
+            raise error(outcome.failure or "no verdict")
+        return outcome.verdict
 
     async def _compare(self, conversation: list[Message], shown: Sequence[str], i: int, j: int) -> Outcome:
         """One comparison: answer ``i`` as response 1, ``j`` as response 2; unparseable replies are
         asked again up to ``parse_retries`` times."""
-        messages = comparison_messages(
-            conversation, shown[i], shown[j], prompt_format=self.prompt_format, template=self.prompt_template
+        untrusted = tuple(text for k, text in ((i, shown[i]), (j, shown[j])) if text != EMPTY_RESPONSE)
+        messages, quote = comparison_messages(
+            conversation,
+            shown[i],
+            shown[j],
+            prompt_format=self.prompt_format,
+            template=self.prompt_template,
+            untrusted=untrusted,
         )
         problem = ""
         for _ in range(self.parse_retries + 1):
             try:
                 reply = await self.ajudge(messages, str, top_p=self.judge_top_p)
             except JudgeError as exc:
-                return Outcome(i, j, failure=str(exc), kind="judge")
+                return Outcome(i, j, failure=str(exc), kind=Failure.of(exc).kind)
             try:
-                return Outcome(i, j, verdict=parse_verdict(reply))
+                return Outcome(i, j, verdict=parse_verdict(reply, quote))
             except ValueError as exc:
                 problem = f"unparseable judge reply ({exc}): {_quote(reply)}"
         replies = self.parse_retries + 1
@@ -235,7 +306,32 @@ class GenRMEnv(JudgedEnv[Prompt]):
         )
 
 
-def _reward(score: RolloutScore, strategy: str) -> Reward:
+async def _until(calls: Sequence[Awaitable[T]], deadline: float, limit_s: float) -> list[T | Failure]:
+    """Each call's result, concurrently, until ``deadline`` (loop time); a call still running then is
+    cancelled (a "deadline" failure), one that raised ``JudgeError`` is a failure of its kind."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    results: list[T | Failure] = []
+    for task in tasks:
+        if task.cancelled():
+            late = f"the group deadline of {limit_s:g} s passed before this comparison finished"
+            results.append(Failure("deadline", late))
+        elif isinstance(error := task.exception(), JudgeError):
+            results.append(Failure.of(error))
+        elif error is not None:
+            results.append(Failure("judge", f"{type(error).__name__}: {error}"))
+        else:
+            results.append(task.result())
+    return results
+
+
+def _components(score: RolloutScore) -> dict[str, Any]:
     components: dict[str, Any] = {
         "comparisons": score.compared,
         "failed_comparisons": score.failed,
@@ -243,14 +339,17 @@ def _reward(score: RolloutScore, strategy: str) -> Reward:
     }
     if score.failures:
         components["failures"] = score.failures[:3]
+    return components
+
+
+def _reward(score: RolloutScore, strategy: str) -> Reward:
+    components = _components(score)
     if score.value is not None and score.base is not None:
         components.update(
             base_score=score.base, conciseness_bonus=score.bonus, length_adjustment=score.length_adjustment
         )
         reason = f"mean judge score {score.base:.3g} over {score.compared} {strategy} comparisons"
         return Reward(score.value, components, reason=reason)
-    if score.status == "no_verdict":
-        return Reward.zero(score.reason or "no verdict", **components)
     return Reward.failed(score.reason or "no verdict", **components)
 
 

@@ -8,25 +8,33 @@ final answers:
   scoring guidelines, ``#### Conversation Context ####``, the two responses, then the output format.
   Any chat model can judge with it. The wording here is ours; a GenRM trained on its own prompt
   should be given that prompt through ``prompt_template`` (fields ``{conversation}``,
-  ``{response_1}``, ``{response_2}``; literal braces doubled).
+  ``{response_1}``, ``{response_2}``, and optionally ``{reminder}``; literal braces doubled).
+  Each response is fenced inside its field by lines carrying a tag drawn at random for the
+  request (``cascade_envs.judges.quoting``), so an answer cannot close its section; the reminder
+  that fenced text is material, never instructions, stands where the template puts ``{reminder}``
+  (the default template: after the responses, before the output format), else at its end.
 - ``"roles"``: the conversation's messages followed by one ``response_1`` and one ``response_2``
   message, for a GenRM whose chat template lays them out itself (NVIDIA's
   Qwen3-Nemotron-235B-A22B-GenRM, the Nemotron 3 Nano RLHF judge, served as in NeMo Gym's
-  ``genrm_model``).
+  ``genrm_model``). Each response is its own message, as the GenRM was trained: the messages are
+  the boundary and nothing is added to them (a chat template that reads special-token text inside
+  a message as tokens is the server's to refuse).
 
 Verdicts are read in either of the two layouts those judges write, whatever the prompt format:
 the HelpSteer3 sections ``[The Begin of Individual Scores] \\boxed{x, y} [The End of Individual
 Scores]`` and ``[The Begin of Ranking Score] \\boxed{z} [The End of Ranking Score]``, or a JSON object
 ``{"score_1": x, "score_2": y, "ranking": z}`` (NeMo Gym ``genrm_compare``; other keys, nested
 objects and braces inside strings are fine, up to ``MAX_JSON_CHARS`` characters). The judge's own
-reasoning (``…</think>``) is dropped first; the last section (or JSON object) wins, since a judge may
-quote the responses, and so their text, before it concludes. Scores must be in 1-5 and the ranking
-in 1-6, all three present (upstream fills a missing value with a neutral default; here the reply is
-unparseable and is asked again).
+reasoning (``…</think>``) is dropped first, and so is what the reply echoes of the two responses
+(``Quote.scrub``); the last section (or JSON object) wins, since a judge may quote the responses
+before it concludes, and a verdict copied word for word from a response is refused. Scores must be
+in 1-5 and the ranking in 1-6, all three present (upstream fills a missing value with a neutral
+default; here the reply is unparseable and is asked again).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import string
@@ -35,6 +43,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from cascade_envs.core import Message
+from cascade_envs.judges.quoting import Quote
 from cascade_envs.reasoning import split_reasoning
 
 from .aggregate import Verdict
@@ -45,6 +54,8 @@ EMPTY_RESPONSE = "None"
 """What the judge is shown in place of an answer it must not see (empty, too long, not text), as
 NeMo Gym shows an empty output: the other answer of the pair is still scored against it."""
 TEMPLATE_FIELDS = frozenset({"conversation", "response_1", "response_2"})
+OPTIONAL_FIELDS = frozenset({"reminder"})
+RESPONSE_TITLES = ("RESPONSE 1", "RESPONSE 2")
 ROLE_LABELS = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
 
 DEFAULT_TEMPLATE = """\
@@ -86,6 +97,8 @@ Always separate the two responses, even when their helpfulness scores are equal:
 {response_2}
 [The End of Response 2]
 
+{reminder}
+
 #### Output Format Requirements ####
 First analyse each response, response i between [The Begin of Analysis on Response i] and \
 [The End of Analysis on Response i]. Then give the two helpfulness scores in order, separated by a \
@@ -117,22 +130,28 @@ MAX_JSON_CHARS = 10_000
 
 def check_template(template: str) -> str:
     """``template`` if it formats with exactly the fields ``{conversation}``, ``{response_1}``,
-    ``{response_2}``; ``ValueError`` saying what is wrong otherwise."""
+    ``{response_2}`` (and optionally ``{reminder}``); ``ValueError`` saying what is wrong otherwise."""
     hint = "double literal braces, e.g. \\boxed{{x, y}}"
     try:
-        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        fields = _fields(template)
     except ValueError as exc:
         raise ValueError(f"prompt_template does not parse ({exc}); {hint}") from exc
-    if fields != TEMPLATE_FIELDS:
+    if not TEMPLATE_FIELDS <= fields <= TEMPLATE_FIELDS | OPTIONAL_FIELDS:
         raise ValueError(
-            f"prompt_template must use exactly the fields {sorted(TEMPLATE_FIELDS)}, "
-            f"got {sorted(fields)}; {hint}"
+            f"prompt_template must use exactly the fields {sorted(TEMPLATE_FIELDS)} "
+            f"(and optionally {sorted(OPTIONAL_FIELDS)}), got {sorted(fields)}; {hint}"
         )
     try:
-        template.format(conversation="", response_1="", response_2="")
+        template.format(conversation="", response_1="", response_2="", reminder="")
     except (ValueError, KeyError, IndexError, AttributeError) as exc:
         raise ValueError(f"prompt_template does not format ({type(exc).__name__}: {exc})") from exc
     return template
+
+
+@functools.lru_cache(maxsize=64)
+def _fields(template: str) -> frozenset[str]:
+    """The replacement fields of ``template``; ``ValueError`` when it does not parse."""
+    return frozenset(name for _, name, _, _ in string.Formatter().parse(template) if name is not None)
 
 
 def render_conversation(messages: list[Message]) -> str:
@@ -149,39 +168,57 @@ def comparison_messages(
     *,
     prompt_format: str = "helpsteer3",
     template: str = DEFAULT_TEMPLATE,
-) -> list[Message]:
-    """The chat messages that ask the judge to compare ``response_1`` with ``response_2``."""
+    untrusted: tuple[str, ...] | None = None,
+) -> tuple[list[Message], Quote]:
+    """The chat messages that ask the judge to compare ``response_1`` with ``response_2``, and their
+    quote. ``untrusted``: the texts the policy wrote (default: both responses; a stand-in such as
+    ``EMPTY_RESPONSE`` is left out)."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"unknown prompt_format {prompt_format!r}; choose from {list(PROMPT_FORMATS)}")
+    rendered = render_conversation(conversation)
+    untrusted = (response_1, response_2) if untrusted is None else untrusted
+    quote = Quote.new(untrusted, trusted=(rendered, response_1, response_2))
     if prompt_format == "roles":
         return [
             *conversation,
             {"role": "response_1", "content": response_1},
             {"role": "response_2", "content": response_2},
-        ]
-    if prompt_format != "helpsteer3":
-        raise ValueError(f"unknown prompt_format {prompt_format!r}; choose from {list(PROMPT_FORMATS)}")
-    text = template.format(
-        conversation=render_conversation(conversation), response_1=response_1, response_2=response_2
+        ], quote
+    first, second = (
+        quote.fence(title, text)
+        for title, text in zip(RESPONSE_TITLES, (response_1, response_2), strict=True)
     )
-    return [{"role": "user", "content": text}]
+    fields = {"conversation": rendered, "response_1": first, "response_2": second}
+    if "reminder" in _fields(template):
+        text = template.format(reminder=quote.reminder(), **fields)
+    else:
+        text = template.format(**fields) + "\n\n" + quote.reminder()
+    return [{"role": "user", "content": text}], quote
 
 
-def parse_verdict(reply: str) -> Verdict:
-    """The verdict in a judge's reply; ``ValueError`` saying what is missing or out of range."""
+def parse_verdict(reply: str, quote: Quote | None = None) -> Verdict:
+    """The verdict in a judge's reply; ``ValueError`` saying what is missing, out of range or (with
+    ``quote``, whose echoes are cut from the reply first) copied from a response."""
     split = split_reasoning(reply)
     if split.unterminated:
         raise ValueError("the reply ends inside the judge's reasoning, before any verdict")
-    text = split.answer
+    text = quote.scrub(split.answer) if quote is not None else split.answer
     scores = _last(_SCORES_SECTION.finditer(text))
-    json_object = _last_verdict_object(text, scores.start() if scores is not None else 0)
-    if json_object is not None:
-        return _json_verdict(json_object)
-    if scores is not None:
-        return _sectioned_verdict(scores.group(1), text[scores.start() :])
-    raise ValueError(
-        "no verdict: expected the [The Begin of Individual Scores] \\boxed{x, y} and "
-        "[The Begin of Ranking Score] \\boxed{z} sections, or a JSON object with "
-        "score_1, score_2 and ranking"
-    )
+    found = _last_verdict_object(text, scores.start() if scores is not None else 0)
+    if found is not None:
+        json_object, span = found
+        verdict = _json_verdict(json_object)
+    elif scores is not None:
+        verdict, span = _sectioned_verdict(scores.group(1), text[scores.start() :])
+    else:
+        raise ValueError(
+            "no verdict: expected the [The Begin of Individual Scores] \\boxed{x, y} and "
+            "[The Begin of Ranking Score] \\boxed{z} sections, or a JSON object with "
+            "score_1, score_2 and ranking"
+        )
+    if quote is not None and quote.copied(span):
+        raise ValueError("the verdict is a copy of text in a response")
+    return verdict
 
 
 def _last(items: Iterable[T]) -> T | None:
@@ -189,7 +226,8 @@ def _last(items: Iterable[T]) -> T | None:
     return last[0] if last else None
 
 
-def _sectioned_verdict(scores_section: str, rest: str) -> Verdict:
+def _sectioned_verdict(scores_section: str, rest: str) -> tuple[Verdict, str]:
+    """The verdict of the sections at the start of ``rest``, and their text."""
     scores = _boxed_numbers(scores_section, 2, "individual scores")
     ranking = _last(_RANKING_SECTION.finditer(rest))
     if ranking is None:
@@ -197,7 +235,7 @@ def _sectioned_verdict(scores_section: str, rest: str) -> Verdict:
             "the reply has individual scores but no [The Begin of Ranking Score] section after them"
         )
     (value,) = _boxed_numbers(ranking.group(1), 1, "ranking score")
-    return Verdict(scores[0], scores[1], value)
+    return Verdict(scores[0], scores[1], value), rest[: ranking.end()]
 
 
 def _boxed_numbers(section: str, count: int, what: str) -> list[float]:
@@ -210,17 +248,18 @@ def _boxed_numbers(section: str, count: int, what: str) -> list[float]:
     return [float(part) for part in parts]
 
 
-def _last_verdict_object(text: str, after: int) -> dict[str, Any] | None:
-    """The JSON object holding the three verdict keys that starts last in ``text`` after ``after``."""
+def _last_verdict_object(text: str, after: int) -> tuple[dict[str, Any], str] | None:
+    """The JSON object holding the three verdict keys that starts last in ``text`` after ``after``,
+    and its text."""
     end = max(text.rfind('"ranking"'), 0)  # such an object starts before the last "ranking" key
     while (start := text.rfind("{", after, end)) >= 0:
         if _OBJECT_START.match(text, start):
             try:
-                candidate, _ = _JSON.raw_decode(text[start : start + MAX_JSON_CHARS])
+                candidate, length = _JSON.raw_decode(text[start : start + MAX_JSON_CHARS])
             except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 candidate = None
             if isinstance(candidate, dict) and all(key in candidate for key in _VERDICT_KEYS):
-                return candidate
+                return candidate, text[start : start + length]
         end = start
     return None
 

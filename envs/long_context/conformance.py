@@ -12,11 +12,12 @@ ROW = next(row for _, row in read_rows("bundled:long_context/samples.jsonl"))
 
 
 def matching_verdict(messages: list[dict[str, Any]]) -> str:
-    """CORRECT when the fenced candidate names the fenced official answer's first words."""
+    """CORRECT when the fenced candidate names the fenced official (or gold) answer's first words."""
     text = messages[0]["content"]
     found = re.findall(r"<<([A-Z ()a-z]+) (Q[0-9a-f]+)>>\n(.*?)\n<</\1 \2>>", text, flags=re.DOTALL)
     sections = {title: body for title, _, body in found}
-    key = " ".join(sections["OFFICIAL ANSWER"].split()[:3]).lower()
+    official = sections["OFFICIAL ANSWER"] if "OFFICIAL ANSWER" in sections else sections["GOLD ANSWER"]
+    key = " ".join(official.split()[:3]).lower()
     return "CORRECT" if key in sections["CANDIDATE ANSWER"].lower() else "INCORRECT"
 
 

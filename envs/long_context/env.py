@@ -34,16 +34,19 @@ kept in the task's ``input_tokens``.
 Rewards: 1 when the judge's verdict is positive (both verdicts with ``swap_check``), else 0 with
 the verdict as the reason. 0 without calling the judge: no final answer (nothing visible after
 the reasoning: the kernel's no-answer rule), or an answer over ``max_answer_chars`` ("verifier
-limit: ...", the answer's fault: it could not overflow the judge's context). Masked, with the
-reason: the judge call failed after its retries (down, 5xx, rate-limited past its budget, past
-its deadline) or its reply did not parse.
-Upstream scores an unparseable reply 0; here it is masked, so a judge that strays from the format
-never decides a reward.
+limit: ...", the answer's fault: it could not overflow the judge's context). A reply without a
+verdict is weighed by ``cascade_envs.judges.fault``: the same task is sent with the reference in
+the answer's place (the control request, at most once per task and ``judge_control_ttl_s``); when
+the judge gives a verdict on that, the failure is the answer's and it scores 0 with the reason
+(as upstream scores every unparseable reply), else the sample is masked. Masked, with the reason:
+the judge call failed after its retries (down, 5xx, rate-limited past its budget, past its
+deadline), or its reply had no verdict and neither had the control's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, ClassVar
 
 from cascade_envs.core import Message, Reward, Row, TaskError
@@ -179,14 +182,20 @@ class LongContextQAEnv(JudgedEnv[LongContextTask]):
         passes = [(reference, answer), (answer, reference)] if self.swap_check else [(reference, answer)]
         right_word, wrong_word = self.template.verdicts
         for number, (key, candidate) in enumerate(passes):
+            messages, quote = self.template.messages(question, key, candidate, untrusted=(answer,))
             try:
-                right = await self.ajudge(
-                    self.template.messages(question, key, candidate), self.template.parse
-                )
+                right = await self.ajudge(messages, partial(self.template.parse, quote=quote), quote)
             except JudgeError as exc:
-                return Reward.failed(f"judge failed: {exc}", **info)
+                return await self.ablame(
+                    exc, (question, reference), partial(self._control, task), "judge failed: ", **info
+                )
             info["verdicts"].append(right_word if right else wrong_word)
             if not right:
                 swapped = " in the swapped check (reference and answer exchanged)" if number else ""
                 return Reward.zero(f"the judge's verdict{swapped}: {wrong_word}", **info)
         return Reward(1.0, info)
+
+    async def _control(self, task: LongContextTask) -> bool:
+        """The control request: the task with the reference as the candidate answer (no policy text)."""
+        messages, quote = self.template.messages(task.question, task.reference, task.reference)
+        return await self.ajudge(messages, partial(self.template.parse, quote=quote), quote)

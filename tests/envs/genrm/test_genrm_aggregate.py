@@ -173,7 +173,7 @@ def test_coefficients_are_validated():
             Coefficients(**bad)
 
 
-# ----- failed comparisons: what is masked --------------------------------------------------------
+# ----- failed comparisons: what the env is left to weigh --------------------------------------------------------
 
 
 def test_an_answer_is_scored_on_the_comparisons_that_gave_a_verdict():
@@ -184,39 +184,38 @@ def test_an_answer_is_scored_on_the_comparisons_that_gave_a_verdict():
     assert scores[2].base == 4.0 and scores[2].status == "scored"
 
 
-def test_an_answer_that_alone_breaks_the_judge_scores_as_no_answer():
+def test_an_answer_whose_partners_were_judged_elsewhere_carries_its_failures():
     # answer 2's every comparison came back unparseable while the judge judged 0-1, 0-3, 1-3
     outcomes = [ok(0, 1, 4, 3, 2), fail(0, 2), ok(0, 3, 4, 2, 2), fail(1, 2), ok(1, 3, 3, 2, 2), fail(2, 3)]
     scores = aggregate(outcomes, 4)
-    assert scores[2].status == "no_verdict" and scores[2].value is None
-    assert "no usable verdict in any of this answer's 3 comparisons" in (scores[2].reason or "")
+    assert scores[2].status == "unscored" and scores[2].value is None and scores[2].partners_judged
+    assert [(o.first, o.second) for o in scores[2].failed_outcomes] == [(0, 2), (1, 2), (2, 3)]
     assert all(scores[i].status == "scored" and scores[i].failed == 1 for i in (0, 1, 3))
 
 
 @pytest.mark.parametrize("kind", ["judge", "deadline"])
-def test_an_answer_without_verdicts_for_reasons_not_its_own_is_masked(kind):
-    outcomes = [
-        ok(0, 1, 4, 3, 2),
-        fail(0, 2, kind),
-        ok(0, 3, 4, 2, 2),
-        fail(1, 2, kind),
-        ok(1, 3, 3, 2, 2),
-        fail(2, 3, kind),
-    ]
-    scores = aggregate(outcomes, 4)
-    assert scores[2].status == "masked" and f"{kind}: {kind} failure" in (scores[2].reason or "")
+def test_failures_of_every_kind_are_left_to_the_env(kind):
+    outcomes = [ok(0, 1, 4, 3, 2), fail(0, 2, kind), fail(1, 2, kind)]
+    scores = aggregate(outcomes, 3)
+    assert scores[2].status == "unscored" and [o.kind for o in scores[2].failed_outcomes] == [kind] * 2
 
 
-def test_no_evidence_either_way_masks():
-    # every reply unparseable: nothing shows that the judge can judge this prompt at all
+def test_partners_without_a_verdict_leave_the_fault_open():
     scores = aggregate([fail(0, 1), fail(0, 2), fail(1, 2)], 3)
-    assert all(s.status == "masked" for s in scores.values())
-    # circular 0-1, 1-2, 2-3, 3-4, 4-0 with 0 and 2 breaking the judge: 1 met only breakers, so
-    # its failures prove nothing about it
+    assert all(s.status == "unscored" and not s.partners_judged for s in scores.values())
+    # circular 0-1, 1-2, 2-3, 3-4, 4-0 with 0 and 2 breaking the judge: 1 met only breakers
     circular = [fail(0, 1), fail(1, 2), fail(2, 3), ok(3, 4, 4, 4, 3.5), fail(4, 0)]
     scores = aggregate(circular, 5)
-    assert scores[1].status == "masked"
+    assert not scores[1].partners_judged and not scores[0].partners_judged
     assert scores[3].status == scores[4].status == "scored"
+    # a stand-in partner (index 1, an empty answer shown as "None") counts as judged
+    scores = aggregate([fail(0, 1)], 2, candidates=[0])
+    assert scores[0].status == "unscored" and scores[0].partners_judged
+
+
+def test_an_answer_the_plan_never_compared_is_masked():
+    scores = aggregate([ok(0, 1, 4, 3, 2)], 3)
+    assert scores[2].status == "masked" and scores[2].reason == "the plan gave this answer no comparison"
 
 
 def test_placeholders_are_compared_but_not_scored():

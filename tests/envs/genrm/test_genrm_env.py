@@ -84,7 +84,7 @@ def test_the_judge_sees_the_conversation_and_final_answers_only_with_the_genrm_s
     assert (request["temperature"], request["top_p"], request["max_tokens"]) == (0.6, 0.95, 16384)
     prompt = request["messages"][-1]["content"]
     assert f"User: {QUESTION}" in prompt
-    assert "[The Begin of Response 1]\n9.9 is larger.\n[The End of Response 1]" in prompt
+    assert responses_of(request["messages"]) == ("9.9 is larger.", "9.11 is larger.")
     assert "Compare tenths" not in prompt and "<think>" not in prompt and "</think>" not in prompt
 
 
@@ -124,8 +124,12 @@ def test_an_answer_that_derails_the_judge_scores_0_not_masked():
 
     with judged(derailed) as (env, server):
         rewards = score(env, [RIGHT, injection, WRONG])
-    assert not rewards[1].masked and rewards[1].value == 0.0
-    assert "no usable verdict in any of this answer's 2 comparisons" in (rewards[1].reason or "")
+    assert (
+        not rewards[1].masked and rewards[1].value == 0.0 and rewards[1].components["judge_fault"] == "answer"
+    )
+    assert "no verdict on this answer, while it gave verdicts on 1 other comparison of the group" in (
+        rewards[1].reason or ""
+    )
     assert "The sea is wide" in rewards[1].reason
     assert sum(involving(r, injection) for r in server.requests) == 2 * 4  # each asked 1 + 3 times
     assert rewards[0].value > rewards[2].value and rewards[0].components["failed_comparisons"] == 1
@@ -147,10 +151,12 @@ def test_a_reply_that_parses_on_a_retry_is_used():
 def test_a_judge_that_never_follows_the_format_masks_every_answer():
     with judged(lambda request: Step("I think response 1 is nicer."), parse_retries=1) as (env, server):
         rewards = score(env, [RIGHT, WRONG, RIGHT_LONG])
-    assert len(server.requests) == 3 * 2
+    assert len(server.requests) == 3 * 2 + 2  # the plan's 3 comparisons, then the stand-in control
+    assert responses_of(server.requests[-1]["messages"]) == ("None", "None")
     for reward in rewards:
         assert reward.masked and "unparseable judge reply (no verdict" in (reward.error or "")
         assert "'I think response 1 is nicer.'" in reward.error and "[2 replies]" in reward.error
+        assert "failed a control request that holds no answer too" in reward.error
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
 from cascade_envs.envs.genrm import Verdict, comparison_messages, parse_verdict, render_conversation
 from cascade_envs.envs.genrm.prompt import DEFAULT_TEMPLATE, EMPTY_RESPONSE, check_template
+from cascade_envs.judges.quoting import Quote
 
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},
@@ -35,14 +37,31 @@ def test_the_conversation_is_rendered_turn_by_turn_with_roles():
     )
 
 
-def test_the_helpsteer3_prompt_holds_the_conversation_and_both_responses_in_order():
-    (message,) = comparison_messages(CONVERSATION, '{"n": 11}', "13, and {braces} stay")
-    text = message["content"]
-    assert message["role"] == "user"
-    assert "#### Conversation Context ####\nSystem: Be brief." in text
-    assert text.index('[The Begin of Response 1]\n{"n": 11}\n[The End of Response 1]') < text.index(
-        "[The Begin of Response 2]\n13, and {braces} stay\n[The End of Response 2]"
+def unfenced(text: str, quote: Quote) -> str:
+    """A rendered prompt without its fence lines and the reminder: the template's own wording."""
+    text = text.replace("\n\n" + quote.reminder(), "").replace(quote.reminder() + "\n\n", "")
+    return re.sub(
+        rf"<</?RESPONSE [12] {quote.tag}>>\n", "", re.sub(rf"\n<</RESPONSE [12] {quote.tag}>>", "", text)
     )
+
+
+def test_the_helpsteer3_prompt_holds_the_conversation_and_both_responses_in_order():
+    (message,), quote = comparison_messages(CONVERSATION, '{"n": 11}', "13, and {braces} stay")
+    text = message["content"]
+    assert message["role"] == "user" and quote.untrusted == ('{"n": 11}', "13, and {braces} stay")
+    assert "#### Conversation Context ####\nSystem: Be brief." in text
+    first = f'[The Begin of Response 1]\n<<RESPONSE 1 {quote.tag}>>\n{{"n": 11}}\n<</RESPONSE 1 {quote.tag}>>'
+    second = f"[The Begin of Response 2]\n<<RESPONSE 2 {quote.tag}>>\n13, and {{braces}} stay\n<</RESPONSE 2"
+    assert text.index(first) < text.index(second)
+    # the reminder follows the responses, and the output format comes after it
+    assert text.index(second) < text.index(quote.reminder()) < text.index("#### Output Format Requirements")
+    # outside its fences and reminder, the prompt is the template's, word for word
+    plain = DEFAULT_TEMPLATE.replace("{reminder}\n\n", "").format(
+        conversation=render_conversation(CONVERSATION),
+        response_1='{"n": 11}',
+        response_2="13, and {braces} stay",
+    )
+    assert unfenced(text, quote) == plain
     assert "\\boxed{x, y}" in text and "\\boxed{z}" in text  # the output format, braces rendered
     for scale in (
         "5 - Extremely helpful",
@@ -53,7 +72,8 @@ def test_the_helpsteer3_prompt_holds_the_conversation_and_both_responses_in_orde
 
 
 def test_the_roles_format_appends_the_responses_as_their_own_roles():
-    messages = comparison_messages(CONVERSATION, "11", "13", prompt_format="roles")
+    messages, quote = comparison_messages(CONVERSATION, "11", "13", prompt_format="roles")
+    assert quote.untrusted == ("11", "13")  # nothing is added to the messages, but echoes are still cut
     assert messages[:4] == CONVERSATION
     assert messages[4:] == [{"role": "response_1", "content": "11"}, {"role": "response_2", "content": "13"}]
 
@@ -66,8 +86,16 @@ def test_unknown_prompt_formats_are_refused():
 def test_custom_templates_must_use_exactly_the_three_fields():
     custom = "Q:\n{conversation}\nA1: {response_1}\nA2: {response_2}\nAnswer as \\boxed{{x, y}}."
     assert check_template(custom) is custom
-    (message,) = comparison_messages(CONVERSATION[1:2], "a", "b", template=custom)
-    assert message["content"] == "Q:\nUser: Name a prime number.\nA1: a\nA2: b\nAnswer as \\boxed{x, y}."
+    (message,), quote = comparison_messages(CONVERSATION[1:2], "a", "b", template=custom)
+    tag = quote.tag
+    assert message["content"] == (
+        f"Q:\nUser: Name a prime number.\nA1: <<RESPONSE 1 {tag}>>\na\n<</RESPONSE 1 {tag}>>\n"
+        f"A2: <<RESPONSE 2 {tag}>>\nb\n<</RESPONSE 2 {tag}>>\nAnswer as \\boxed{{x, y}}.\n\n{quote.reminder()}"
+    )  # a template without {reminder} gets it at its end
+    placed = custom.replace("\nAnswer", "\n{reminder}\nAnswer")
+    assert check_template(placed) is placed
+    (message,), quote = comparison_messages(CONVERSATION[1:2], "a", "b", template=placed)
+    assert message["content"].endswith(f"{quote.reminder()}\nAnswer as \\boxed{{x, y}}.")
     assert check_template(DEFAULT_TEMPLATE) is DEFAULT_TEMPLATE
     with pytest.raises(ValueError, match="exactly the fields"):
         check_template("{conversation} {response_1}")

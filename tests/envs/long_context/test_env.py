@@ -18,7 +18,6 @@ from cascade_envs.data import DataError, resolve_path
 from cascade_envs.env import run_sync
 from cascade_envs.envs.long_context.conformance import matching_verdict
 from cascade_envs.envs.long_context.env import MAX_INPUT_TOKENS, LongContextQAEnv
-from cascade_envs.envs.long_context.prompt import fence_tag
 from cascade_envs.envs.long_context.tokens import CharEstimate, TokenizerCounter, estimate_tokens
 from cascade_envs.judges import JUDGE_URL_ENV, HTTPJudge, JudgeUnavailable
 from cascade_envs.reasoning import NO_ANSWER
@@ -64,13 +63,13 @@ def prompt_of(request: dict[str, Any]) -> str:
     return message["content"]
 
 
-def candidate_in(request: dict[str, Any], question: str, reference: str, answer: str) -> str:
-    tag = fence_tag(question, reference, answer)
+def candidate_in(request: dict[str, Any]) -> str:
+    """The fenced candidate answer of a judge request (its tag is the request's own)."""
     return re.search(
-        rf"<<CANDIDATE ANSWER {tag}>>\n(.*?)\n<</CANDIDATE ANSWER {tag}>>",
+        r"<<CANDIDATE ANSWER (Q[0-9a-f]{16})>>\n(.*?)\n<</CANDIDATE ANSWER \1>>",
         prompt_of(request),
         flags=re.DOTALL,
-    ).group(1)
+    ).group(2)
 
 
 # ----- verdicts -------------------------------------------------------------------------------------
@@ -82,10 +81,7 @@ def test_correct_scores_one_and_the_judge_sees_only_the_final_answer(server: Scr
     assert (reward.value, reward.masked, reward.components["verdicts"]) == (1.0, False, ["CORRECT"])
     (request,) = server.requests
     assert request["model"] == "judge" and request["temperature"] == 0.0 and request["max_tokens"] == 16
-    assert (
-        candidate_in(request, ROW["question"], ROW["answer"], "Alder Creek Pump Station, 31 hours")
-        == "Alder Creek Pump Station, 31 hours"
-    )
+    assert candidate_in(request) == "Alder Creek Pump Station, 31 hours"
     assert "WO-2023-0417" not in prompt_of(request)  # the reasoning stays with the policy
 
 
@@ -117,13 +113,15 @@ def test_a_verdict_in_other_words_is_masked_with_the_reply_quoted(server: Script
 
 
 def test_a_reply_that_is_not_json_or_has_no_text_is_masked(server: ScriptedChatServer):
+    """A body that is not JSON is the server's failure; a reply with no text is weighed against the
+    control request, which fails here too (three 500s)."""
     server.steps = [Step(raw=b"<html>bad gateway</html>")] * 3 + [Step(None)]
     env = make_env(server)
     garbage = run_sync(env.areward(ROW, GOOD))
     no_text = run_sync(env.areward(ROW, GOOD))
     run_sync(env.aclose())
-    assert garbage.masked and "judge failed" in garbage.error and len(server.requests) == 4
-    assert no_text.masked and "no text" in no_text.error
+    assert garbage.masked and "judge failed" in garbage.error and len(server.requests) == 4 + 3
+    assert no_text.masked and "no text" in no_text.error and "failed a control request" in no_text.error
 
 
 def test_server_errors_are_retried_then_masked_with_the_status(server: ScriptedChatServer):
@@ -248,7 +246,7 @@ def test_answers_that_talk_to_the_judge_are_still_graded_by_its_reply(
     run_sync(env.aclose())
     assert (wrong.value, wrong.masked) == (0.0, False) and (swapped.value, swapped.masked) == (0.0, False)
     assert garbled.masked
-    assert candidate_in(server.requests[0], ROW["question"], ROW["answer"], answer) == answer
+    assert candidate_in(server.requests[0]) == answer
 
 
 # ----- swap check and the equivalence template --------------------------------------------------------------
@@ -272,8 +270,7 @@ def test_swap_check_needs_both_verdicts(server: ScriptedChatServer):
     assert (first_wrong.value, first_wrong.components["verdicts"]) == (0.0, ["INCORRECT"])
     assert second_fails.masked and "400" in second_fails.error
     assert len(server.requests) == 7
-    answer = "Alder Creek Pump Station, 31 hours"
-    assert candidate_in(server.requests[1], ROW["question"], answer, ROW["answer"]) == ROW["answer"]
+    assert candidate_in(server.requests[1]) == ROW["answer"]
 
 
 def test_equivalence_template_end_to_end(server: ScriptedChatServer):

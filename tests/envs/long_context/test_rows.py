@@ -2,9 +2,12 @@
 in their rollouts give the recorded rewards through this env, served by a real local judge server.
 
 Documented differences from the upstream servers (tested below, never hidden):
-- a judge reply that is not in the format (no verdict, a verdict in other words, several markers)
-  is masked here; upstream scores it 0 (aalcr flags ``invalid_judge_response``) or, for the
-  equivalence server, takes the first marker it finds anywhere in the reply;
+- a judge reply that is not in the format (no verdict, a verdict in other words) scores 0 here, as
+  upstream (aalcr flags ``invalid_judge_response``), only when the judge gives a verdict on the
+  control request (the reference in the answer's place); when it fails that too, the sample is
+  masked (the judge's fault, not the answer's);
+- the equivalence server takes the first marker it finds anywhere in the reply; here only the last
+  line is read;
 - the public aalcr rows record 94K-113K input tokens, over this stage's 32K limit: the default
   env rejects them at load, naming the count; ``max_input_tokens=131_072`` (or ``None``) loads them.
 """
@@ -211,6 +214,25 @@ def upstream_equivalence(reply: str) -> float:
     return 1.0 if equal >= 0 and (not_equal < 0 or equal < not_equal) else 0.0
 
 
+def score_once(
+    server: ScriptedChatServer, reply: str, control: Step, row: dict[str, Any], answer: str, **kwargs: Any
+) -> Reward:
+    """Score ``answer`` with the judge replying ``reply``, then ``control`` to a control request, if one is sent."""
+    server.steps, server.requests[:] = [Step(reply), control], []
+    env = LongContextQAEnv(
+        judge_url=HTTPJudge(server.url, model="judge", timeout_s=2, max_retries=0),
+        max_input_tokens=LONG_ENOUGH,
+        **kwargs,
+    )
+    try:
+        return run_sync(env.areward(row, answer))
+    finally:
+        env.close()
+
+
+CONTROL_VERDICT = {"correctness": "CORRECT", "equivalence": "Same.\n\n[[A=B]] they are equivalent"}
+
+
 @pytest.mark.parametrize(
     ("template", "reply"),
     [
@@ -222,33 +244,51 @@ def upstream_equivalence(reply: str) -> float:
         ("equivalence", "Same.\n\n[[A=B]] they are equivalent"),
         ("equivalence", "Differs.\n\n[[A!=B]] they are not equivalent"),
         ("equivalence", "They are equivalent."),
-        ("equivalence", "If it were [[A=B]] I would say so, but\n\n[[A!=B]] they are not equivalent"),
-        ("equivalence", "[[A=B]] they are equivalent\n\nThe numbers match."),
     ],
 )
-def test_replies_out_of_format_are_masked_where_upstream_scores_them(
+def test_replies_score_as_upstream_when_the_judge_answers_the_control(
     server: ScriptedChatServer, aalcr: Path, template: str, reply: str
 ):
     row = read(aalcr, "example.jsonl")[0]
-    (reward,) = score_with(
-        server, [reply], row, "Airline Industry (12), Accommodation Industry (4)", judge_template=template
-    )
+    control = Step(CONTROL_VERDICT[template])
+    reward = score_once(server, reply, control, row, "Airline Industry (12)", judge_template=template)
     upstream = (upstream_aalcr if template == "correctness" else upstream_equivalence)(reply)
-    if reward.masked:
-        assert "unparseable judge reply" in reward.error  # upstream would have scored it `upstream`
+    assert (reward.value, reward.masked) == (upstream, False)
+    if "unparseable judge reply" in (reward.reason or ""):
+        assert "control request" in reward.reason and reward.components["judge_fault"] == "answer"
+        assert len(server.requests) == 2
     else:
-        assert reward.value == upstream
+        assert len(server.requests) == 1  # a verdict needs no control
+
+
+@pytest.mark.parametrize("template", ["correctness", "equivalence"])
+def test_an_unparseable_reply_masks_where_the_control_fails_too(
+    server: ScriptedChatServer, aalcr: Path, template: str
+):
+    """Upstream scores every unparseable reply 0; here the judge's own failures mask."""
+    row = read(aalcr, "example.jsonl")[0]
+    for control in (Step("I cannot grade this."), Step(status=500)):
+        reward = score_once(server, "no verdict", control, row, "Airline Industry", judge_template=template)
+        assert upstream_aalcr("no verdict") == upstream_equivalence("no verdict") == 0.0
+        assert (
+            reward.masked and "unparseable judge reply" in reward.error and "control request" in reward.error
+        )
 
 
 def test_the_documented_differences_occur(server: ScriptedChatServer, aalcr: Path):
-    """The first-marker rule would pay 1 for a reply that ends in [[A!=B]]; here it is masked, never paid."""
+    """The first-marker rule would pay 1 for a reply that ends in [[A!=B]]; here the last line decides: 0."""
     row = read(aalcr, "example.jsonl")[0]
     reply = "If it were [[A=B]] I would say so, but\n\n[[A!=B]] they are not equivalent"
     assert upstream_equivalence(reply) == 1.0
     (reward,) = score_with(server, [reply], row, "Airline Industry", judge_template="equivalence")
-    assert reward.masked and "both" in reward.error
+    assert (reward.value, reward.masked) == (0.0, False) and reward.components["verdicts"] == ["[[A!=B]]"]
+    reply = "[[A=B]] they are equivalent\n\nThe numbers match."  # a marker, but not on the last line
+    assert upstream_equivalence(reply) == 1.0
+    control = Step(CONTROL_VERDICT["equivalence"])
+    reward = score_once(server, reply, control, row, "Airline Industry", judge_template="equivalence")
+    assert (reward.value, reward.masked) == (0.0, False) and "last line" in reward.reason
     assert upstream_aalcr("correct") == 0.0
-    (reward,) = score_with(server, ["correct"], row, "Airline Industry")
+    (reward,) = score_with(server, ["correct"], row, "Airline Industry")  # the control gets a 500
     assert reward.masked
 
 
