@@ -1,12 +1,22 @@
-"""NeMo Gym's own servers, in process, around a cascade env served with ``--protocol nemo-gym``.
+"""NeMo Gym 0.7's own servers, in process, around a resources server at a URL (ours, served with
+``--protocol nemo-gym``, or any other).
 
 ``GymStack(resources_url, chat_url)`` runs, from the ``nemo-gym`` package: its head server (which
 hands the global config to clients), its ``vllm_model`` Responses-API model server (Responses <->
-Chat Completions, here against a local chat-completions server), its ``simple_agent`` and its
-``gymnasium_agent``, all pointing at our resources server. ``collect(rows)`` runs NeMo Gym's rollout
-collection (``RolloutCollectionHelper.run_examples``: ``POST /run`` on each row's ``agent_ref``).
-The agents and the model server share one event loop on a thread of their own (NeMo Gym's global
-aiohttp client is bound to one loop; its ``run_webserver`` would also start Ray, which a test does not need).
+Chat Completions, here against a local chat-completions server), and three agents, each behind the
+environment server rollout collection reaches it through (0.7 dispatches every row to one):
+
+- ``SIMPLE_AGENT``: ``simple_agent`` behind ``single_agent_turn_legacy``, which seeds the resources
+  server with a typed seed, grants the agent direct HTTP access to its tools, verifies and closes;
+- ``RELAY_AGENT``: ``simple_agent`` behind ``legacy_agent``, the relay NeMo Gym's own configs put in
+  front of agents that run the whole rollout in ``/run`` (seed, tools, ``/verify``);
+- ``GYM_AGENT``: ``gymnasium_agent`` (``/reset``, ``/step``, ``/close``) behind ``legacy_agent``.
+
+Rows name their agent by ``task_source``. ``collect(rows)`` runs NeMo Gym's rollout collection as a
+trainer does: ``RolloutCollectionHelper.preprocess_examples`` (task and rollout indexes, repeats),
+then ``run_examples`` (``POST /run`` on the row's environment server). The servers share one event
+loop on a thread of their own (NeMo Gym's global aiohttp client is bound to one loop; its
+``run_webserver`` would also start Ray, which a test does not need).
 """
 
 from __future__ import annotations
@@ -30,7 +40,15 @@ from tests.chat_server import ScriptedChatServer
 
 HOST = "127.0.0.1"
 SIMPLE_AGENT = "cascade_simple_agent"
+RELAY_AGENT = "cascade_relay_agent"
 GYM_AGENT = "cascade_gym_agent"
+RESOURCES = "cascade_resources"
+ENVIRONMENT_SERVERS = {
+    SIMPLE_AGENT: "cascade_simple_env",
+    RELAY_AGENT: "cascade_relay_env",
+    GYM_AGENT: "cascade_gym_env",
+}
+LIMITS = {"default_episode_timeout_seconds": 600, "cleanup_timeout_seconds": 60}
 
 
 def free_port() -> int:
@@ -39,62 +57,72 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _server(kind: str, implementation: str, port: int, **config: Any) -> dict[str, Any]:
+    return {kind: {implementation: {"entrypoint": "app.py", "host": HOST, "port": port, **config}}}
+
+
 def global_config(resources_url: str, chat_url: str, ports: dict[str, int]) -> dict[str, Any]:
+    """The NeMo Gym config of the stack: ``ports`` by instance name (and ``head``)."""
     resources = urlparse(resources_url)
-    refs = {
-        "resources_server": {"type": "resources_servers", "name": "cascade_resources"},
-        "model_server": {"type": "responses_api_models", "name": "policy_model"},
-    }
+    model = {"type": "responses_api_models", "name": "policy_model"}
+    on_ours = {"resources_server": {"type": "resources_servers", "name": RESOURCES}, "model_server": model}
+    agent = {"type": "responses_api_agents"}
+    env = "environment_servers"
     return {
         "head_server": {"host": HOST, "port": ports["head"]},
-        "policy_model": {
-            "responses_api_models": {
-                "vllm_model": {
-                    "entrypoint": "app.py",
-                    "host": HOST,
-                    "port": ports["model"],
-                    "base_url": chat_url,
-                    "api_key": "none",
-                    "model": "echo-answer",
-                    "return_token_id_information": False,
-                    "uses_reasoning_parser": False,
-                }
-            }
-        },
-        "cascade_resources": {
-            "resources_servers": {
-                "cascade": {
-                    "entrypoint": "cascade-envs serve",
-                    "host": resources.hostname,
-                    "port": resources.port,
-                }
-            }
-        },
-        SIMPLE_AGENT: {
-            "responses_api_agents": {
-                "simple_agent": {"entrypoint": "app.py", "host": HOST, "port": ports["simple"], **refs}
-            }
-        },
-        GYM_AGENT: {
-            "responses_api_agents": {
-                "gymnasium_agent": {
-                    "entrypoint": "app.py",
-                    "host": HOST,
-                    "port": ports["gym"],
-                    "max_steps": 30,
-                    **refs,
-                }
-            }
-        },
+        "policy_model": _server(
+            "responses_api_models",
+            "vllm_model",
+            ports["policy_model"],
+            base_url=chat_url,
+            api_key="none",
+            model="echo-answer",
+            return_token_id_information=False,
+            uses_reasoning_parser=False,
+        ),
+        RESOURCES: {"resources_servers": {"cascade": {"host": resources.hostname, "port": resources.port}}},
+        SIMPLE_AGENT: _server("responses_api_agents", "simple_agent", ports[SIMPLE_AGENT], **on_ours),
+        RELAY_AGENT: _server("responses_api_agents", "simple_agent", ports[RELAY_AGENT], **on_ours),
+        GYM_AGENT: _server(
+            "responses_api_agents", "gymnasium_agent", ports[GYM_AGENT], max_steps=30, **on_ours
+        ),
+        ENVIRONMENT_SERVERS[SIMPLE_AGENT]: _server(
+            env,
+            "single_agent_turn_legacy",
+            ports[ENVIRONMENT_SERVERS[SIMPLE_AGENT]],
+            resources_server=on_ours["resources_server"],
+            agent_server={**agent, "name": SIMPLE_AGENT},
+            resources_tool_transports=["direct_http"],
+            **LIMITS,
+        ),
+        ENVIRONMENT_SERVERS[RELAY_AGENT]: _server(
+            env,
+            "legacy_agent",
+            ports[ENVIRONMENT_SERVERS[RELAY_AGENT]],
+            agent_server={**agent, "name": RELAY_AGENT},
+        ),
+        ENVIRONMENT_SERVERS[GYM_AGENT]: _server(
+            env,
+            "legacy_agent",
+            ports[ENVIRONMENT_SERVERS[GYM_AGENT]],
+            agent_server={**agent, "name": GYM_AGENT},
+        ),
     }
 
 
 class GymStack:
     def __init__(self, resources_url: str, chat_url: str):
-        ports = {name: free_port() for name in ("head", "model", "simple", "gym")}
+        names = ["head", "policy_model", *ENVIRONMENT_SERVERS, *ENVIRONMENT_SERVERS.values()]
+        ports = {name: free_port() for name in names}
         self.config = global_config(resources_url, chat_url, ports)
         os.environ["NEMO_GYM_CONFIG_DICT"] = json.dumps(self.config)
 
+        from environment_servers.legacy_agent.app import (
+            LegacyAgentEnvironmentServer,
+            LegacyAgentEnvironmentServerConfig,
+        )
+        from environment_servers.single_agent_turn.app import SingleAgentTurnEnvironmentServerConfig
+        from environment_servers.single_agent_turn_legacy.app import SingleAgentTurnLegacyEnvironmentServer
         from nemo_gym import global_config as gym_config
         from nemo_gym.config_types import BaseServerConfig
         from nemo_gym.server_utils import HeadServer, ServerClient
@@ -108,16 +136,31 @@ class GymStack:
         self._head_server, self._head_thread, _ = HeadServer.run_webserver()
         client = ServerClient(head_server_config=self.head_config, global_config_dict=global_dict)
 
-        def section(name: str) -> dict[str, Any]:
+        def make(cls: Any, config_cls: Any, name: str) -> Any:
             instance = next(iter(self.config[name].values()))  # {server type: {implementation: config}}
-            return {**next(iter(instance.values())), "name": name}
+            config = config_cls(**next(iter(instance.values())), name=name)
+            return cls(config=config, server_client=client)
 
-        model = VLLMModel(config=VLLMModelConfig(**section("policy_model")), server_client=client)
-        simple = SimpleAgent(config=SimpleAgentConfig(**section(SIMPLE_AGENT)), server_client=client)
-        gym = GymnasiumAgent(config=GymnasiumAgentConfig(**section(GYM_AGENT)), server_client=client)
+        servers = {
+            "policy_model": make(VLLMModel, VLLMModelConfig, "policy_model"),
+            SIMPLE_AGENT: make(SimpleAgent, SimpleAgentConfig, SIMPLE_AGENT),
+            RELAY_AGENT: make(SimpleAgent, SimpleAgentConfig, RELAY_AGENT),
+            GYM_AGENT: make(GymnasiumAgent, GymnasiumAgentConfig, GYM_AGENT),
+            ENVIRONMENT_SERVERS[SIMPLE_AGENT]: make(
+                SingleAgentTurnLegacyEnvironmentServer,
+                SingleAgentTurnEnvironmentServerConfig,
+                ENVIRONMENT_SERVERS[SIMPLE_AGENT],
+            ),
+            **{
+                ENVIRONMENT_SERVERS[a]: make(
+                    LegacyAgentEnvironmentServer, LegacyAgentEnvironmentServerConfig, ENVIRONMENT_SERVERS[a]
+                )
+                for a in (RELAY_AGENT, GYM_AGENT)
+            },
+        }
         self._servers = [
-            uvicorn.Server(uvicorn.Config(s.setup_webserver(), host=HOST, port=ports[p], log_level="warning"))
-            for s, p in ((model, "model"), (simple, "simple"), (gym, "gym"))
+            uvicorn.Server(uvicorn.Config(s.setup_webserver(), host=HOST, port=ports[n], log_level="warning"))
+            for n, s in servers.items()
         ]
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -125,7 +168,7 @@ class GymStack:
         for server in self._servers:
             asyncio.run_coroutine_threadsafe(server.serve(), self.loop)
         deadline = time.monotonic() + 60
-        for port in (ports["head"], ports["model"], ports["simple"], ports["gym"]):
+        for port in ports.values():
             while True:
                 try:
                     requests.get(f"http://{HOST}:{port}/", timeout=2)
@@ -136,16 +179,28 @@ class GymStack:
                     time.sleep(0.1)
 
     def collect(
-        self, rows: list[dict[str, Any]], timeout: float = 300
+        self, rows: list[dict[str, Any]], num_repeats: int = 1, timeout: float = 300, **run_options: Any
     ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """NeMo Gym's rollout collection over ``rows``: ``(row, /run result)`` pairs, as completed."""
+        """NeMo Gym's rollout collection over ``rows`` (each ``num_repeats`` times): ``(row, /run
+        result)`` pairs, as completed (``run_options``: ``run_examples``' keyword arguments)."""
         from nemo_gym.rollout_collection import RolloutCollectionHelper
 
+        helper = RolloutCollectionHelper()
+        examples = helper.preprocess_examples(rows, num_repeats=num_repeats)
+
         async def run() -> list[tuple[dict[str, Any], dict[str, Any]]]:
-            futures = RolloutCollectionHelper().run_examples(rows, self.head_config)
-            return [await f for f in futures]
+            return [await f for f in helper.run_examples(examples, self.head_config, **run_options)]
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
+
+    def aggregate(self, agent: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+        """``/aggregate_metrics`` of ``results`` asked of ``agent``'s environment server, as collection does."""
+        port = next(iter(next(iter(self.config[ENVIRONMENT_SERVERS[agent]].values())).values()))["port"]
+        answer = requests.post(
+            f"http://{HOST}:{port}/aggregate_metrics", json={"verify_responses": results}, timeout=60
+        )
+        answer.raise_for_status()
+        return dict(answer.json())
 
     def close(self) -> None:
         from nemo_gym import server_utils
