@@ -1,16 +1,18 @@
-"""NeMo Gym 0.7's own servers, in process, around a resources server at a URL (ours, served with
-``--protocol nemo-gym``, or any other).
+"""NeMo Gym 0.7's own servers, in process, around resources servers at URLs (ours, served with
+``--protocol nemo-gym``, or NeMo Gym's own).
 
-``GymStack(resources_url, chat_url)`` runs, from the ``nemo-gym`` package: its head server (which
-hands the global config to clients), its ``vllm_model`` Responses-API model server (Responses <->
-Chat Completions, here against a local chat-completions server), and three agents, each behind the
-environment server rollout collection reaches it through (0.7 dispatches every row to one):
+``GymStack({name: resources_url}, chat_url)`` runs, from the ``nemo-gym`` package: its head server
+(which hands the global config to clients), its ``vllm_model`` Responses-API model server (Responses
+<-> Chat Completions, here against a local chat-completions server), and, on each resources server,
+three agents, each behind the environment server rollout collection reaches it through (0.7
+dispatches every row to one); ``agent_name(name, kind)`` names them (for ``cascade``: the constants):
 
-- ``SIMPLE_AGENT``: ``simple_agent`` behind ``single_agent_turn_legacy``, which seeds the resources
-  server with a typed seed, grants the agent direct HTTP access to its tools, verifies and closes;
-- ``RELAY_AGENT``: ``simple_agent`` behind ``legacy_agent``, the relay NeMo Gym's own configs put in
-  front of agents that run the whole rollout in ``/run`` (seed, tools, ``/verify``);
-- ``GYM_AGENT``: ``gymnasium_agent`` (``/reset``, ``/step``, ``/close``) behind ``legacy_agent``.
+- ``simple`` (``SIMPLE_AGENT``): ``simple_agent`` behind ``single_agent_turn_legacy``, which seeds the
+  resources server with a typed seed, grants the agent direct HTTP access to its tools, verifies and
+  closes;
+- ``relay`` (``RELAY_AGENT``): ``simple_agent`` behind ``legacy_agent``, the relay NeMo Gym's own
+  configs put in front of agents that run the whole rollout in ``/run`` (seed, tools, ``/verify``);
+- ``gym`` (``GYM_AGENT``): ``gymnasium_agent`` (``/reset``, ``/step``, ``/close``) behind ``legacy_agent``.
 
 Rows name their agent by ``task_source``. ``collect(rows)`` runs NeMo Gym's rollout collection as a
 trainer does: ``RolloutCollectionHelper.preprocess_examples`` (task and rollout indexes, repeats),
@@ -39,16 +41,25 @@ from cascade_envs.serving.server import BackgroundServer
 from tests.chat_server import ScriptedChatServer
 
 HOST = "127.0.0.1"
-SIMPLE_AGENT = "cascade_simple_agent"
-RELAY_AGENT = "cascade_relay_agent"
-GYM_AGENT = "cascade_gym_agent"
-RESOURCES = "cascade_resources"
-ENVIRONMENT_SERVERS = {
-    SIMPLE_AGENT: "cascade_simple_env",
-    RELAY_AGENT: "cascade_relay_env",
-    GYM_AGENT: "cascade_gym_env",
+KINDS = {  # agent kind -> (agent implementation, the environment server in front of it)
+    "simple": ("simple_agent", "single_agent_turn_legacy"),
+    "relay": ("simple_agent", "legacy_agent"),
+    "gym": ("gymnasium_agent", "legacy_agent"),
 }
 LIMITS = {"default_episode_timeout_seconds": 600, "cleanup_timeout_seconds": 60}
+
+
+def agent_name(resources: str, kind: str) -> str:
+    """The agent instance of ``kind`` on resources server ``resources`` (its rows' ``task_source``)."""
+    return f"{resources}_{kind}_agent"
+
+
+def environment_name(agent: str) -> str:
+    """The environment server instance in front of ``agent``."""
+    return agent.removesuffix("_agent") + "_env"
+
+
+SIMPLE_AGENT, RELAY_AGENT, GYM_AGENT = (agent_name("cascade", kind) for kind in KINDS)
 
 
 def free_port() -> int:
@@ -61,14 +72,9 @@ def _server(kind: str, implementation: str, port: int, **config: Any) -> dict[st
     return {kind: {implementation: {"entrypoint": "app.py", "host": HOST, "port": port, **config}}}
 
 
-def global_config(resources_url: str, chat_url: str, ports: dict[str, int]) -> dict[str, Any]:
-    """The NeMo Gym config of the stack: ``ports`` by instance name (and ``head``)."""
-    resources = urlparse(resources_url)
-    model = {"type": "responses_api_models", "name": "policy_model"}
-    on_ours = {"resources_server": {"type": "resources_servers", "name": RESOURCES}, "model_server": model}
-    agent = {"type": "responses_api_agents"}
-    env = "environment_servers"
-    return {
+def global_config(resources: dict[str, str], chat_url: str, ports: dict[str, int]) -> dict[str, Any]:
+    """The NeMo Gym config of the stack: ``resources`` by name -> URL, ``ports`` by instance name."""
+    config: dict[str, Any] = {
         "head_server": {"host": HOST, "port": ports["head"]},
         "policy_model": _server(
             "responses_api_models",
@@ -80,41 +86,39 @@ def global_config(resources_url: str, chat_url: str, ports: dict[str, int]) -> d
             return_token_id_information=False,
             uses_reasoning_parser=False,
         ),
-        RESOURCES: {"resources_servers": {"cascade": {"host": resources.hostname, "port": resources.port}}},
-        SIMPLE_AGENT: _server("responses_api_agents", "simple_agent", ports[SIMPLE_AGENT], **on_ours),
-        RELAY_AGENT: _server("responses_api_agents", "simple_agent", ports[RELAY_AGENT], **on_ours),
-        GYM_AGENT: _server(
-            "responses_api_agents", "gymnasium_agent", ports[GYM_AGENT], max_steps=30, **on_ours
-        ),
-        ENVIRONMENT_SERVERS[SIMPLE_AGENT]: _server(
-            env,
-            "single_agent_turn_legacy",
-            ports[ENVIRONMENT_SERVERS[SIMPLE_AGENT]],
-            resources_server=on_ours["resources_server"],
-            agent_server={**agent, "name": SIMPLE_AGENT},
-            resources_tool_transports=["direct_http"],
-            **LIMITS,
-        ),
-        ENVIRONMENT_SERVERS[RELAY_AGENT]: _server(
-            env,
-            "legacy_agent",
-            ports[ENVIRONMENT_SERVERS[RELAY_AGENT]],
-            agent_server={**agent, "name": RELAY_AGENT},
-        ),
-        ENVIRONMENT_SERVERS[GYM_AGENT]: _server(
-            env,
-            "legacy_agent",
-            ports[ENVIRONMENT_SERVERS[GYM_AGENT]],
-            agent_server={**agent, "name": GYM_AGENT},
-        ),
     }
+    for name, url in resources.items():
+        where = urlparse(url)
+        config[f"{name}_resources"] = {
+            "resources_servers": {name: {"host": where.hostname, "port": where.port}}
+        }
+        refs = {
+            "resources_server": {"type": "resources_servers", "name": f"{name}_resources"},
+            "model_server": {"type": "responses_api_models", "name": "policy_model"},
+        }
+        for kind, (implementation, front) in KINDS.items():
+            agent = agent_name(name, kind)
+            steps = {"max_steps": 30} if kind == "gym" else {}
+            config[agent] = _server("responses_api_agents", implementation, ports[agent], **refs, **steps)
+            binding: dict[str, Any] = {"agent_server": {"type": "responses_api_agents", "name": agent}}
+            if front == "single_agent_turn_legacy":  # owns the episode: seeds, grants tools, closes
+                binding |= {
+                    "resources_server": refs["resources_server"],
+                    "resources_tool_transports": ["direct_http"],
+                }
+                binding |= LIMITS
+            config[environment_name(agent)] = _server(
+                "environment_servers", front, ports[environment_name(agent)], **binding
+            )
+    return config
 
 
 class GymStack:
-    def __init__(self, resources_url: str, chat_url: str):
-        names = ["head", "policy_model", *ENVIRONMENT_SERVERS, *ENVIRONMENT_SERVERS.values()]
+    def __init__(self, resources: dict[str, str], chat_url: str):
+        agents = [agent_name(name, kind) for name in resources for kind in KINDS]
+        names = ["head", "policy_model", *agents, *map(environment_name, agents)]
         ports = {name: free_port() for name in names}
-        self.config = global_config(resources_url, chat_url, ports)
+        self.config = global_config(resources, chat_url, ports)
         os.environ["NEMO_GYM_CONFIG_DICT"] = json.dumps(self.config)
 
         from environment_servers.legacy_agent.app import (
@@ -141,23 +145,19 @@ class GymStack:
             config = config_cls(**next(iter(instance.values())), name=name)
             return cls(config=config, server_client=client)
 
-        servers = {
-            "policy_model": make(VLLMModel, VLLMModelConfig, "policy_model"),
-            SIMPLE_AGENT: make(SimpleAgent, SimpleAgentConfig, SIMPLE_AGENT),
-            RELAY_AGENT: make(SimpleAgent, SimpleAgentConfig, RELAY_AGENT),
-            GYM_AGENT: make(GymnasiumAgent, GymnasiumAgentConfig, GYM_AGENT),
-            ENVIRONMENT_SERVERS[SIMPLE_AGENT]: make(
+        classes = {
+            "simple_agent": (SimpleAgent, SimpleAgentConfig),
+            "gymnasium_agent": (GymnasiumAgent, GymnasiumAgentConfig),
+            "single_agent_turn_legacy": (
                 SingleAgentTurnLegacyEnvironmentServer,
                 SingleAgentTurnEnvironmentServerConfig,
-                ENVIRONMENT_SERVERS[SIMPLE_AGENT],
             ),
-            **{
-                ENVIRONMENT_SERVERS[a]: make(
-                    LegacyAgentEnvironmentServer, LegacyAgentEnvironmentServerConfig, ENVIRONMENT_SERVERS[a]
-                )
-                for a in (RELAY_AGENT, GYM_AGENT)
-            },
+            "legacy_agent": (LegacyAgentEnvironmentServer, LegacyAgentEnvironmentServerConfig),
         }
+        servers = {"policy_model": make(VLLMModel, VLLMModelConfig, "policy_model")}
+        for name in (*agents, *map(environment_name, agents)):
+            implementation = next(iter(next(iter(self.config[name].values()))))
+            servers[name] = make(*classes[implementation], name)
         self._servers = [
             uvicorn.Server(uvicorn.Config(s.setup_webserver(), host=HOST, port=ports[n], log_level="warning"))
             for n, s in servers.items()
@@ -195,7 +195,7 @@ class GymStack:
 
     def aggregate(self, agent: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         """``/aggregate_metrics`` of ``results`` asked of ``agent``'s environment server, as collection does."""
-        port = next(iter(next(iter(self.config[ENVIRONMENT_SERVERS[agent]].values())).values()))["port"]
+        port = next(iter(next(iter(self.config[environment_name(agent)].values())).values()))["port"]
         answer = requests.post(
             f"http://{HOST}:{port}/aggregate_metrics", json={"verify_responses": results}, timeout=60
         )
@@ -225,7 +225,7 @@ def gym_stack(policy: Any, env: Any, **serve_options: Any) -> Iterator[tuple[Gym
         ScriptedChatServer(policy) as chat,
         BackgroundServer("nemo-gym", env, **serve_options) as served,
     ):
-        stack = GymStack(served.url, chat.url + "/v1")
+        stack = GymStack({"cascade": served.url}, chat.url + "/v1")
         try:
             yield stack, served
         finally:
