@@ -427,6 +427,21 @@ def test_a_typed_seed_plays_and_verifies_like_a_row_seed(fresh):
     assert len(fresh.store) == 0
 
 
+def test_ids_whose_sessions_ended_without_a_close_are_forgotten():
+    """A client that verifies but never sends ``/close_session`` leaves no unbounded map behind: past
+    twice ``--max-sessions`` ids, those whose sessions ended are dropped (and refused as closed)."""
+    with BackgroundServer("nemo-gym", ExactAnswerEnv(tasks=[ROW]), max_sessions=2) as server:
+        seeded = server.served.handler.seeded
+        for n in range(5):
+            with httpx.Client(base_url=server.url, timeout=30) as c:
+                c.post("/seed_session", json=typed_seed(f"rs-{n}"))
+                body = {"cascade_row": ROW, "responses_create_params": params(ROW)}
+                assert c.post("/verify", json={**body, "response": response(message("4"))}).status_code == 200
+        assert len(server.store) == 0 and len(seeded) == 1  # the 5th bind dropped the 4 ended before it
+        late = httpx.post(server.url + "/seed_session", json=typed_seed("rs-0"))
+        assert late.status_code == 409 and "closed" in late.json()["error"]
+
+
 def test_close_ends_the_cookies_session():
     with (
         BackgroundServer("nemo-gym", LookupToolEnv(tasks=[TOOL_ROW])) as server,
@@ -464,6 +479,8 @@ def test_a_step_sent_again_is_answered_not_replayed():
         c.cookies.clear()
         c.post("/reset", json=gym_row(TOOL_ROW))
         assert c.post("/step", json={**call_step, "_ng_step_request_id": 7}).status_code == 400
+        other = c.post("/step", json=last_step).json()  # the same id in another session: its own turn
+        assert other["terminated"] is True and other["info"]["turns"] == 1
 
 
 def test_aggregate_metrics_leave_out_the_masked_rollouts_of_either_agent(exact):

@@ -10,7 +10,7 @@ and a bounded memory of closed ids.
 
 ``StepReplays`` answers a retried gymnasium ``/step`` (the same ``_ng_step_request_id``, sent again
 by the agent's HTTP client after a lost reply) with the answer it already gave, so a turn is never
-played twice; the final answers outlive their session for as long as they are remembered.
+played twice; a session's final answers outlive it for as long as they are remembered.
 """
 
 from __future__ import annotations
@@ -69,12 +69,13 @@ class _Bounded(OrderedDict[str, Any]):
 class SeededSessions:
     """``resources_session_id`` -> the store's session, per the contract in the module docstring."""
 
-    def __init__(self, store: SessionStore, remembered: int = REMEMBERED):
+    def __init__(self, store: SessionStore):
         self.store = store
         self._live: dict[str, tuple[str, str]] = {}  # rsid -> (session id, episode)
-        self._closed = _Bounded(remembered)
+        self._closed = _Bounded(REMEMBERED)
 
     def __len__(self) -> int:
+        """Ids bound to a session not yet known to have ended."""
         return len(self._live)
 
     def existing(self, seed: TypedSeed) -> Session | None:
@@ -132,8 +133,8 @@ def step_request_id(body: dict[str, Any]) -> str | None:
 class StepReplays:
     """The answers already given to ``/step`` requests that carried an id; see the module docstring."""
 
-    def __init__(self, remembered: int = REMEMBERED):
-        self._final = _Bounded(remembered)
+    def __init__(self) -> None:
+        self._final = _Bounded(REMEMBERED)
 
     @staticmethod
     def live(session: Session, request_id: str | None) -> dict[str, Any] | None:
@@ -141,9 +142,9 @@ class StepReplays:
         last = session.state.get("last_step")
         return last[1] if request_id is not None and last and last[0] == request_id else None
 
-    def final(self, request_id: str | None) -> dict[str, Any] | None:
-        """The final answer given to ``request_id`` (its session is closed), if remembered."""
-        return self._final.get(request_id) if request_id is not None else None
+    def final(self, session_id: str, request_id: str | None) -> dict[str, Any] | None:
+        """The final answer session ``session_id`` (now closed) gave to ``request_id``, if remembered."""
+        return self._final.get(f"{session_id}/{request_id}") if request_id is not None else None
 
     def record(
         self, session: Session, request_id: str | None, answer: dict[str, Any], *, final: bool
@@ -152,6 +153,6 @@ class StepReplays:
         if request_id is None:
             return
         if final:
-            self._final.remember(request_id, answer)
+            self._final.remember(f"{session.id}/{request_id}", answer)
         else:
             session.state["last_step"] = (request_id, answer)

@@ -274,7 +274,7 @@ class NemoGymHandler(Router):
         session_id = self._session_id(request)
         try:
             async with self.store.use(session_id, self._deadline()) as session:
-                replay = self.replays.live(session, request_id) or self.replays.final(request_id)
+                replay = self.replays.live(session, request_id) or self.replays.final(session_id, request_id)
                 if replay is not None:  # the same step sent again: its answer, the turn not replayed
                     return self._answer(session, replay)
                 episode = self._episode(session, body)
@@ -295,7 +295,7 @@ class NemoGymHandler(Router):
                 }
                 self.replays.record(session, request_id, answer, final=True)
         except UnknownSession:
-            replay = self.replays.final(request_id)  # the first try closed the session meanwhile
+            replay = self.replays.final(session_id, request_id)  # the first try closed the session meanwhile
             if replay is None:
                 raise
             return self._answer(None, replay)
