@@ -4,8 +4,8 @@ The same single-turn episodes (the ``cascade/MCQA-v0`` rows NeMo Gym's MCQA serv
 answered right: every episode must score 1.0) are played by N sessions at once (1, 8, 64): the env
 called directly (``astart``/``aadvance``/``ascore_episodes``/``aend``); ``serve --protocol nemo-gym``
 (``/seed_session`` + ``/verify`` per episode, as NeMo Gym's ``simple_agent``, over aiohttp as its
-clients) and NeMo Gym 0.4's own MCQA resources server on the same rows (the reference for both
-protocols; run by ``.venv-nemo-gym``'s Python 3.12, built by ``bash .ci/nemo_gym.sh``); ``serve
+clients) and NeMo Gym's own MCQA resources server on the same rows (the reference for both
+protocols; run by ``.venv-nemo-gym``'s Python, built by ``bash .ci/nemo_gym.sh``); ``serve
 --protocol openenv`` and OpenEnv's own server (``create_app`` on uvicorn) around the same env, both
 played by OpenEnv's ``GenericEnvClient`` (reset + one step); TRL's reward function
 (``cascade_envs.integrations.trl``) and, where verl imports, verl's ``AgentLoopWorker`` running the
@@ -285,7 +285,7 @@ def main() -> None:
     parser.add_argument("--sessions", default="1,8,64", help="concurrent sessions / batch sizes")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds, median kept (default 3)")
     default_gym = ROOT / ".venv-nemo-gym" / "bin" / "python"
-    parser.add_argument("--nemo-gym-python", default=str(default_gym), help="a Python with nemo-gym 0.4")
+    parser.add_argument("--nemo-gym-python", default=str(default_gym), help="a Python with nemo-gym")
     parser.add_argument("--serve-openenv", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     levels = [int(x) for x in args.sessions.split(",")]
@@ -379,7 +379,7 @@ def main() -> None:
 LABELS = {
     "direct": ("env called directly", ""),
     "nemo-gym": ("nemo-gym: serve --protocol nemo-gym", "NeMo Gym"),
-    "NeMo Gym": ("NeMo Gym 0.4 MCQA server (reference)", ""),
+    "NeMo Gym": ("NeMo Gym MCQA server (reference)", ""),
     "openenv": ("openenv: serve --protocol openenv", "OpenEnv,NeMo Gym"),
     "OpenEnv": ("OpenEnv 0.3 create_app (reference)", "NeMo Gym"),
     "TRL": ("TRL reward function (batch of N)", ""),

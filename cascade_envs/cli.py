@@ -552,7 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-kwargs", metavar="JSON", help="env constructor arguments as a JSON object")
     p.add_argument(
         "--agent-name",
-        help="the agent the rows name (default: the format's: verl 'cascade', nemo-gym 'cascade_agent')",
+        help="the agent the rows name (default: the format's: verl 'cascade', nemo-gym 'cascade_agent', written as"
+        " the rows' task_source)",
     )
     p.set_defaults(fn=cmd_export)
 

@@ -126,6 +126,7 @@ def test_masked_reward_is_flagged_never_a_plain_zero():
         got = rollout(client, ROW, "4")
     assert got["mask_sample"] is True and got["reward"] == 0.0
     assert "judge server unreachable" in got["reward_masked_reason"]
+    assert got["failure_kind"] == "verifier_error" and got["failure_reason"] == got["reward_masked_reason"]
 
 
 TOOL_ROW = {"id": "t1", "prompt": "What is the code?", "answer": "XYZ"}
@@ -136,6 +137,8 @@ def test_gymnasium_reset_step_with_text_and_function_call_tools():
     with BackgroundServer("nemo-gym", env) as server, httpx.Client(base_url=server.url, timeout=30) as c:
         reset = c.post("/reset", json=gym_row(TOOL_ROW))
         assert reset.status_code == 200 and reset.json()["observation"] is None
+        info = reset.json()["info"]  # what NeMo Gym 0.7's gymnasium agent looks for
+        assert info["supports_explicit_close"] is True and info["supports_step_idempotency"] is True
         # a native function call: its output comes back under info.tool_outputs, by call_id
         step = c.post(
             "/step", json={**gym_row(TOOL_ROW), "response": response(call("lookup", {}, "c9"))}
@@ -205,6 +208,7 @@ def test_group_scoring_waits_for_the_group_and_not_forever():
         assert [r["reward"] for r in partial] == [0.0, 1.0] and not any(r["mask_sample"] for r in partial)
         alone = asyncio.run(group(["zzz"], 2))
         assert alone[0]["mask_sample"] is True and "group deadline" in alone[0]["reward_masked_reason"]
+        assert alone[0]["failure_kind"] == "cohort_incomplete" and partial[0]["failure_kind"] is None
         assert server.served.handler.groups.pending() == 0
 
 
@@ -366,3 +370,127 @@ def test_error_answers_keep_the_session_cookie_and_late_tool_calls_are_text():
         assert f"{COOKIE}={cookie}" in late.headers["set-cookie"]
         final = c.post("/verify", json={**gym_row(TOOL_ROW), "response": response(message("XYZ"))}).json()
         assert final["reward"] == 0.0 and final["mask_sample"] is False  # truncated at the turn limit
+
+
+# ----- NeMo Gym 0.7: typed seeds, /close_session, /close, step replay ---------------------------
+
+
+def typed_seed(rsid: str, rollout: str = "0-0", row: dict[str, Any] = ROW) -> dict[str, Any]:
+    """A seed as 0.7's ``single_agent_turn`` environment server sends it (the row in ``task_data``)."""
+    return {
+        "resources_session_id": rsid,
+        "episode_id": {"rollout_id": rollout, "attempt": 0},
+        "task_id": {"taskset": "cascade_agent", "task_id": "0"},
+        "task_data": {"cascade_env": "toy", "cascade_row": row},
+    }
+
+
+@pytest.fixture
+def fresh():
+    with BackgroundServer("nemo-gym", ExactAnswerEnv(tasks=[ROW])) as server:
+        yield server
+
+
+def test_typed_seeds_follow_the_session_contract(fresh):
+    """A repeated seed finds its session; a close succeeds however often and for an id never seeded;
+    a closed id is never seeded again; the same id for another episode is refused."""
+    with httpx.Client(base_url=fresh.url, timeout=30) as c:
+        first = c.post("/seed_session", json=typed_seed("rs-1"))
+        assert first.status_code == 200 and first.json() == {"resources_session_id": "rs-1"}
+        again = httpx.post(fresh.url + "/seed_session", json=typed_seed("rs-1"))  # no cookie: a retry
+        assert again.json() == first.json() and again.cookies[COOKIE] == first.cookies[COOKIE]
+        assert len(fresh.store) == 1
+        other = httpx.post(fresh.url + "/seed_session", json=typed_seed("rs-1", rollout="0-1"))
+        assert other.status_code == 409 and "another episode" in other.json()["error"]
+        for rsid in ("rs-1", "rs-1", "rs-never"):
+            closed = c.post("/close_session", json={"resources_session_id": rsid, "episode_id": {}})
+            assert closed.status_code == 200 and closed.json() == {"resources_session_id": rsid}
+        assert len(fresh.store) == 0
+        for rsid in ("rs-1", "rs-never"):
+            late = httpx.post(fresh.url + "/seed_session", json=typed_seed(rsid))
+            assert late.status_code == 409 and "closed" in late.json()["error"]
+        assert c.post("/close_session", json={}).status_code == 400
+        bad = {**typed_seed("rs-2"), "episode_id": "x"}
+        assert c.post("/seed_session", json=bad).status_code == 400
+
+
+def test_a_typed_seed_plays_and_verifies_like_a_row_seed(fresh):
+    """0.7's flow: typed seed, ``/verify`` of the row's fields plus the response, then ``/close_session``
+    of a session the verify already ended."""
+    with httpx.Client(base_url=fresh.url, timeout=30) as c:
+        c.post("/seed_session", json=typed_seed("rs-v"))
+        body = {"cascade_env": "toy", "cascade_row": ROW, "responses_create_params": params(ROW)}
+        verified = c.post("/verify", json={**body, "response": response(message("4"))}).json()
+        assert verified["reward"] == 1.0 and verified["mask_sample"] is False
+        assert c.post("/close_session", json={"resources_session_id": "rs-v"}).status_code == 200
+        assert httpx.post(fresh.url + "/seed_session", json=typed_seed("rs-v")).status_code == 409
+    assert len(fresh.store) == 0
+
+
+def test_ids_whose_sessions_ended_without_a_close_are_forgotten():
+    """A client that verifies but never sends ``/close_session`` leaves no unbounded map behind: past
+    twice ``--max-sessions`` ids, those whose sessions ended are dropped (and refused as closed)."""
+    with BackgroundServer("nemo-gym", ExactAnswerEnv(tasks=[ROW]), max_sessions=2) as server:
+        seeded = server.served.handler.seeded
+        for n in range(5):
+            with httpx.Client(base_url=server.url, timeout=30) as c:
+                c.post("/seed_session", json=typed_seed(f"rs-{n}"))
+                body = {"cascade_row": ROW, "responses_create_params": params(ROW)}
+                assert c.post("/verify", json={**body, "response": response(message("4"))}).status_code == 200
+        assert len(server.store) == 0 and len(seeded) == 1  # the 5th bind dropped the 4 ended before it
+        late = httpx.post(server.url + "/seed_session", json=typed_seed("rs-0"))
+        assert late.status_code == 409 and "closed" in late.json()["error"]
+
+
+def test_close_ends_the_cookies_session():
+    with (
+        BackgroundServer("nemo-gym", LookupToolEnv(tasks=[TOOL_ROW])) as server,
+        httpx.Client(base_url=server.url, timeout=30) as c,
+    ):
+        assert c.post("/close", json={}).status_code == 200  # no session: nothing to do
+        c.post("/reset", json=gym_row(TOOL_ROW))
+        assert len(server.store) == 1
+        assert c.post("/close", json={}).status_code == 200 and len(server.store) == 0
+        assert c.post("/lookup", json={}).status_code == 404
+
+
+def test_a_step_sent_again_is_answered_not_replayed():
+    """NeMo Gym's client resends a request whose reply it lost: with the same ``_ng_step_request_id``
+    the episode does not advance twice, and a resent last step gets its reward after the close."""
+    call_step = {
+        **gym_row(TOOL_ROW),
+        "response": response(call("lookup", {}, "c1")),
+        "_ng_step_request_id": "s1",
+    }
+    last_step = {**gym_row(TOOL_ROW), "response": response(message("XYZ")), "_ng_step_request_id": "s2"}
+    with (
+        BackgroundServer("nemo-gym", LookupToolEnv(tasks=[TOOL_ROW])) as server,
+        httpx.Client(base_url=server.url, timeout=30) as c,
+    ):
+        c.post("/reset", json=gym_row(TOOL_ROW))
+        first, again = (c.post("/step", json=call_step).json() for _ in range(2))
+        assert first == again and first["info"]["turn"] == 1
+        cookie = c.cookies[COOKIE]
+        final = c.post("/step", json=last_step).json()
+        assert final["terminated"] is True and final["info"]["turns"] == 2 and final["reward"] == 1.0
+        assert len(server.store) == 0
+        resent = httpx.post(server.url + "/step", json=last_step, cookies={COOKIE: cookie})
+        assert resent.status_code == 200 and resent.json() == final
+        c.cookies.clear()
+        c.post("/reset", json=gym_row(TOOL_ROW))
+        assert c.post("/step", json={**call_step, "_ng_step_request_id": 7}).status_code == 400
+        other = c.post("/step", json=last_step).json()  # the same id in another session: its own turn
+        assert other["terminated"] is True and other["info"]["turns"] == 1
+
+
+def test_aggregate_metrics_leave_out_the_masked_rollouts_of_either_agent(exact):
+    """A masked rollout is flagged at the top (``/verify``) or in ``info`` (the gymnasium agent's result)."""
+    results = [
+        {"_ng_task_index": 0, "reward": 1.0, "mask_sample": False},
+        {"_ng_task_index": 0, "reward": 0.0, "mask_sample": True},
+        {"_ng_task_index": 1, "reward": 0.0, "mask_sample": False, "info": {"mask_sample": True}},
+        {"_ng_task_index": 1, "reward": 0.0, "info": {"mask_sample": False}},
+    ]
+    metrics = httpx.post(exact.url + "/aggregate_metrics", json={"verify_responses": results}).json()
+    assert metrics["agent_metrics"]["num_masked"] == 2
+    assert metrics["agent_metrics"]["mean/reward"] == 0.5 and metrics["agent_metrics"]["pass@k"] == 0.5

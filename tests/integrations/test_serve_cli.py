@@ -74,7 +74,7 @@ def test_export_nemo_gym_rows(tmp_path):
     assert len(rows) == 3
     for row, loaded in zip(rows, env.tasks, strict=False):
         assert row["cascade_row"] == loaded.row and row["cascade_env"] == "cascade/Workplace-v0"
-        assert row["agent_ref"] == {"type": "responses_api_agents", "name": "cascade_agent"}
+        assert row["task_source"] == "cascade_agent" and "agent_ref" not in row  # 0.7 routes by task_source
         messages = [
             {"role": m["role"], "content": m["content"]} for m in row["responses_create_params"]["input"]
         ]

@@ -22,6 +22,9 @@ from ...episode import Episode
 
 log = logging.getLogger("cascade_envs.integrations.nemo_gym")
 
+GROUP_INCOMPLETE = "group_incomplete"
+"""Component of the masked rewards of a cohort too small to score at its deadline."""
+
 
 @dataclass
 class _Cohort:
@@ -85,7 +88,7 @@ class GroupScorer:
                     f"group deadline of {self.deadline_s:g} s passed with {arrived} of "
                     f"{self.group_size} rollouts: too few to score as a group"
                 )
-                rewards = [Reward.failed(reason) for _ in cohort.episodes]
+                rewards = [Reward.failed(reason, **{GROUP_INCOMPLETE: True}) for _ in cohort.episodes]
             else:
                 rewards = await self.env.ascore_episodes(cohort.episodes)
                 if partial:
