@@ -13,19 +13,23 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cascade_envs import Reward, register
 from cascade_envs.cli import main
 from cascade_envs.data import resolve_path
 from cascade_envs.env_set import EnvSet
 from cascade_envs.judges import JUDGE_URL_ENV
+from cascade_envs.registry import envs
 from cascade_envs.rescore import RescoreError, rescore
 from cascade_envs.rollout import RolloutRunner
 from cascade_envs.testing import ScriptedPolicy
 from tests.chat_server import ScriptedChatServer, Step
+from tests.toy_envs import ExactAnswerEnv, ExactTask
 
 LC = "cascade/LongContextQA-v0"
 CAPITALS = {"France": ("Paris", "Paris"), "Italy": ("Rome", "Lyon"), "Germany": ("Berlin", "Berlin"),
@@ -516,6 +520,31 @@ def test_a_stored_record_cannot_smuggle_a_reward(tmp_path):
            "reward_components": {"correct": 1}}  # fmt: skip
     (tmp_path / "gym.jsonl").write_text(json.dumps(gym) + "\n")
     assert changes(rescore(tmp_path / "gym.jsonl", env_id="toy/ExactAnswer-v0")) == {"1->0": 1}
+    register("test/RowTrusting-v0", RowTrustingEnv)  # an env that would pay a verdict found in its row
+    try:
+        assert changes(
+            rescore(tmp_path / "gym.jsonl", tmp_path / "trust.jsonl", env_id="test/RowTrusting-v0")
+        ) == {"1->0": 1}
+    finally:
+        envs.unregister("test/RowTrusting-v0")
+
+
+@dataclass(frozen=True)
+class TrustingTask(ExactTask):
+    trusted: float | None = None
+
+
+class RowTrustingEnv(ExactAnswerEnv):
+    """Pays whatever reward its task row names: a rollout's verdict must never reach it as a task field."""
+
+    def load_task(self, row: dict[str, Any]) -> TrustingTask:
+        task = super().load_task(row)
+        components = row.get("reward_components")
+        trusted = row.get("reward", components.get("correct") if isinstance(components, dict) else None)
+        return TrustingTask(task.prompt, task.answer, trusted)
+
+    async def ascore(self, task: Any, answer: str) -> Reward:
+        return Reward(task.trusted) if task.trusted is not None else await super().ascore(task, answer)
 
 
 def test_refusals_are_one_line(tmp_path, capsys):
