@@ -72,11 +72,19 @@ def policy_server() -> ScriptedChatServer:
     return ScriptedChatServer(step, models=("policy",))
 
 
+def write_capitals(path: Path) -> None:
+    """The capital questions as long-context rows (question, reference; the prompt is the context)."""
+    rows = [
+        {"id": f"cap-{c}", "prompt": f"Notes: each country has one capital.\nWhat is the capital of {c}?",
+         "question": f"What is the capital of {c}?", "expected_answer": reference}
+        for c, (reference, _) in CAPITALS.items()
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def judged_eval(tmp_path: Path, judge_url: str, group_size: int = 1) -> Path:
     """``eval`` of the long-context env on the capital questions (judge requests time out at 1 s)."""
-    rows = [{"id": f"cap-{c}", "prompt": f"Notes: every country has a capital.\nWhat is the capital of {c}?",
-             "question": f"What is the capital of {c}?", "expected_answer": ref} for c, (ref, _) in CAPITALS.items()]  # fmt: skip
-    (tmp_path / "capitals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_capitals(tmp_path / "capitals.jsonl")
     kwargs = {"tasks": str(tmp_path / "capitals.jsonl"), "judge_timeout_s": 1.0, "judge_model": "judge"}
     (tmp_path / "mix.yaml").write_text(json.dumps({"envs": {LC: {"weight": 1, "kwargs": kwargs}}}))
     out = tmp_path / "eval.jsonl"
@@ -113,6 +121,14 @@ def test_eval_results_of_a_rule_based_env_are_reproduced_exactly(tmp_path, capsy
     stored = read(tmp_path / "eval.jsonl")
     assert sorted(r["reward"] for r in stored) == [0.0] * 4 + [1.0] * 4
     assert stored[0]["task_row"] in map(json.loads, rows) and stored[0]["env_kwargs"]["tasks"]
+    old = [{k: v for k, v in r.items() if k not in ("task_row", "env_kwargs")} for r in stored]
+    (tmp_path / "old.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in old)
+    )  # written before they were
+    assert changes(rescore(tmp_path / "old.jsonl")) == {"failed": 8}  # not among the env's own tasks
+    assert "pass --tasks" in read(tmp_path / "old.rescored.jsonl")[0]["rescore"]["error"]
+    summary = rescore(tmp_path / "old.jsonl", tasks=str(tmp_path / "tasks.jsonl"), force=True)
+    assert changes(summary) == {"unchanged": 8}
     (tmp_path / "tasks.jsonl").unlink()  # the recorded rows are enough
     capsys.readouterr()
     assert main(["rescore", str(tmp_path / "eval.jsonl"), "--no-progress"]) == 0
@@ -177,6 +193,10 @@ def test_a_judge_outage_stays_masked_and_masked_only_fixes_it_without_touching_t
     assert changes(summary) == {"still masked": 1, "skipped": 4}
     (row,) = [r for r in read(tmp_path / "still.jsonl") if "rescore" in r]
     assert row["reward_info"]["masked"] and "judge call failed" in row["reward_info"]["error"]
+
+    with ScriptedChatServer(default=Step("CORRECT", delay_s=2.0)) as slow:  # every row within --timeout
+        summary = rescore(out, tmp_path / "slow.jsonl", masked_only=True, judge_url=slow.url, timeout_s=0.5)
+    assert changes(summary) == {"still masked": 1, "skipped": 4} and "took more than 0.5 s" in summary.table()
 
     with ScriptedChatServer(judge_script()) as judge:  # back
         summary = rescore(out, masked_only=True, judge_url=judge.url, judge_timeout_s=30)
@@ -256,20 +276,27 @@ def call(name: str, **arguments: str) -> dict[str, Any]:
 
 
 def test_nemo_gym_rollouts_in_both_layouts(tmp_path):
-    """0.7 rows (task and rollout indexes, a masked one, a failures-sidecar one), 0.4 rows (nothing but
-    the row and its verdict), and workplace rollouts with tool calls rebuilt from ``--tasks`` rows."""
+    """0.7 rows (task and rollout indexes, a masked one, a failures-sidecar one) whose task fields are in
+    the materialized inputs, 0.4 workplace rows with tool calls matched to ``--tasks`` rows by prompt."""
     mcqa = [json.loads(line) for line in resolve_path("bundled:mcqa/easy.jsonl").read_text().splitlines()[:3]]
-    right = lambda row: message(f"\\boxed{{{row['expected_answer']}}}")  # noqa: E731
+    inputs = [{**row, "_ng_task_index": i, "_ng_rollout_index": 0, "agent_ref": {"name": "mcqa_agent"}}
+              for i, row in enumerate(mcqa)]  # fmt: skip
+    (tmp_path / "inputs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in inputs))
+    right = lambda i: gym_response([message(f"\\boxed{{{mcqa[i]['expected_answer']}}}")])  # noqa: E731
     v07 = [
-        {**mcqa[0], "_ng_task_index": 0, "_ng_rollout_index": 0, "agent_ref": {"name": "mcqa_agent"},
-         "response": gym_response([right(mcqa[0])]), "reward": 1.0},
-        {**mcqa[1], "_ng_task_index": 1, "_ng_rollout_index": 0, "agent_ref": {"name": "mcqa_agent"},
-         "response": gym_response([right(mcqa[1])]), "reward": 0.0, "mask_sample": True},
-        {**mcqa[2], "_ng_task_index": 2, "_ng_rollout_index": 1, "response": gym_response([message("\\boxed{Z}")]),
-         "_ng_failure_class": "judge_failed", "_ng_failure_terminal": False},
+        {**inputs[0], "response": right(0), "reward": 1.0},
+        {**inputs[1], "response": right(1), "reward": 0.0, "mask_sample": True},
+        {**inputs[2], "response": gym_response([message("\\boxed{Z}")]), "_ng_failure_class": "judge_failed",
+         "_ng_failure_terminal": False},
     ]  # fmt: skip
+    for rollout in v07:  # the rollout keeps the prompt, not the task's fields
+        del rollout["options"], rollout["expected_answer"]
     (tmp_path / "v07.jsonl").write_text("".join(json.dumps(r) + "\n" for r in v07))
     summary = rescore(tmp_path / "v07.jsonl", env_id="cascade/MCQA-v0")
+    assert changes(summary) == {"failed": 3} and "field 'options'" in summary.table()
+    summary = rescore(
+        tmp_path / "v07.jsonl", env_id="cascade/MCQA-v0", tasks=str(tmp_path / "inputs.jsonl"), force=True
+    )
     assert changes(summary) == {"unchanged": 1, "masked->scored": 2}
     rescored = read(tmp_path / "v07.rescored.jsonl")
     assert [(r["reward"], r["mask_sample"]) for r in rescored] == [(1.0, False), (1.0, False), (0.0, False)]
@@ -409,8 +436,7 @@ def test_solve_results_are_rescored_and_their_outcomes_follow(tmp_path):
 
 
 def test_a_filter_folder_after_a_judge_outage_is_decided_when_the_judge_is_back(tmp_path):
-    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in
-        [{"id": f"cap-{c}", "prompt": f"What is the capital of {c}?", "expected_answer": ref} for c, (ref, _) in CAPITALS.items()]))  # fmt: skip
+    write_capitals(tmp_path / "tasks.jsonl")
 
     def run_filter(out: str, judge: str) -> int:
         with policy_server() as policy:
