@@ -41,6 +41,10 @@ class EnvSet(Mapping[str, Env[Any]]):
             self._envs[env_id] = env = made
         return env
 
+    def kwargs_of(self, env_id: str) -> dict[str, Any] | None:
+        """The kwargs this set makes ``env_id`` with; ``None`` for an env it was handed made (kwargs unknown)."""
+        return None if env_id in self._borrowed else self.env_kwargs.get(env_id, {})
+
     def __getitem__(self, env_id: str) -> Env[Any]:
         return self._envs[env_id]
 

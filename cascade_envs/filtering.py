@@ -255,7 +255,7 @@ class FilterJob:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(saved_path, json.dumps(config, indent=2) + "\n")
         self.done = {
-            o.row: o for o in _read_outcomes(self.out_dir / OUTCOMES_FILE) if o.outcome != "incomplete"
+            o.row: o for o in read_outcomes(self.out_dir / OUTCOMES_FILE) if o.outcome != "incomplete"
         }
         self._rewrite_outcomes()  # drops incomplete lines and any line a kill cut short
         self.pending = [(line, row) for line, row in read_rows(self.path) if line not in self.done]
@@ -319,7 +319,7 @@ class FilterJob:
                     bar.close()
                     await runner.aclose()
                     await env.aclose()
-        return self._finish(played, loop.time() - started)
+        return self.finish(played, loop.time() - started)
 
     def run(self, policy: Policy, **kwargs: Any) -> FilterSummary:
         return run_sync(self.arun(policy, **kwargs))
@@ -338,10 +338,10 @@ class FilterJob:
         rollouts.flush()
         return decide(line, task_id(row), rid, [e.reward for e in group.episodes], self.settings)
 
-    def _finish(self, played: int, elapsed_s: float) -> FilterSummary:
+    def finish(self, played: int = 0, elapsed_s: float = 0.0) -> FilterSummary:
         """Rewrite the outputs from the outcomes: the kept rows, the histogram, the summary."""
         self._rewrite_outcomes()
-        incomplete = [o for o in _read_outcomes(self.out_dir / OUTCOMES_FILE) if o.outcome == "incomplete"]
+        incomplete = [o for o in read_outcomes(self.out_dir / OUTCOMES_FILE) if o.outcome == "incomplete"]
         finished = sorted(self.done.values(), key=lambda o: o.row)
         counts = Counter(o.outcome for o in [*finished, *incomplete])
         kept_path = self._kept_path()
@@ -361,7 +361,7 @@ class FilterJob:
     def _rewrite_outcomes(self) -> None:
         """``outcomes.jsonl`` in input order, one line per prompt: its latest outcome."""
         path = self.out_dir / OUTCOMES_FILE
-        latest = {o.row: o for o in _read_outcomes(path)}
+        latest = {o.row: o for o in read_outcomes(path)}
         latest.update(self.done)
         lines = [json.dumps(o.to_dict(), ensure_ascii=False) + "\n" for _, o in sorted(latest.items())]
         write_atomic(path, "".join(lines))
@@ -390,7 +390,7 @@ def filter_tasks(
     return job.open(force).run(policy, **run_kwargs)
 
 
-def _read_outcomes(path: Path) -> list[Outcome]:
+def read_outcomes(path: Path) -> list[Outcome]:
     """The outcomes recorded in ``path`` (a line a kill cut short is skipped: that prompt is played again)."""
     found: list[Outcome] = []
     for data in read_objects(path):

@@ -10,7 +10,9 @@ its whole group once every episode of it has ended.
 
 Every episode of the run ends up in the results — scored, or marked with the error that stopped it
 (a dead policy server, a broken task) as a masked reward — and each finished group is appended to
-the results file at once, so a crash loses nothing already done.
+the results file at once, so a crash loses nothing already done. A record is the episode's
+``EpisodeResult.to_dict()`` with its task row (``task_row``) and env kwargs (``env_kwargs``), from
+which ``cascade-envs rescore`` rebuilds it.
 
 Envs: the runner plays on an ``EnvSet`` (one instance per env id). Given one (``envs=``, e.g. an
 ``EnvMix``'s), it leaves closing it to its maker; otherwise it makes its own from ``env_kwargs`` (and
@@ -187,7 +189,13 @@ class RolloutRunner:
                 else:
                     await self._play_group(env, loaded, group, index, semaphore, bar)
             if out:
-                out.write("".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in group.episodes))
+                recorded = self._recorded(group)
+                out.write(
+                    "".join(
+                        json.dumps({**e.to_dict(), **recorded}, ensure_ascii=False) + "\n"
+                        for e in group.episodes
+                    )
+                )
                 out.flush()
             return group
 
@@ -200,6 +208,12 @@ class RolloutRunner:
 
     def run(self, items: Iterable[tuple[str, Row | Loaded[Any]]]) -> list[GroupResult]:
         return run_sync(self.arun(items))
+
+    def _recorded(self, group: GroupResult) -> dict[str, Any]:
+        """What a results record adds to its episode so that ``rescore`` can rebuild it: the task row
+        and the env's kwargs (``None`` when unknown, e.g. an env handed in made, or not plain JSON data)."""
+        kwargs = self.envs.kwargs_of(group.env_id)
+        return {"task_row": _plain(group.row), "env_kwargs": _plain(kwargs)}
 
     def _fail(self, group: GroupResult, index: int, error: str) -> None:
         group.episodes = [
@@ -360,6 +374,15 @@ def _episode_tokens(episode: Episode, trajectory: Trajectory) -> int:
 
 def _failed(env_id: str, key: str, group: int, sample: int, error: str) -> EpisodeResult:
     return EpisodeResult(env_id, key, group, sample, [], [], Reward.failed(error), error=error)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` when it is plain JSON data, else ``None``."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+    return value
 
 
 def _safe_task_id(item: Any) -> str:

@@ -17,6 +17,7 @@ COMMANDS = [
     "serve-sandbox",
     "serve-judge",
     "filter",
+    "rescore",
     "solve",
 ]
 
