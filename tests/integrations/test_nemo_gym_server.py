@@ -125,7 +125,7 @@ def test_masked_reward_is_flagged_never_a_plain_zero():
     ):
         got = rollout(client, ROW, "4")
     assert got["mask_sample"] is True and got["reward"] == 0.0
-    assert "judge server unreachable" in got["reward_masked_reason"]
+    assert "judge server unreachable" in got["reward_masked_reason"] == got["failure_reason"]
 
 
 TOOL_ROW = {"id": "t1", "prompt": "What is the code?", "answer": "XYZ"}

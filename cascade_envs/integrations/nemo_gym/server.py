@@ -19,9 +19,9 @@ as NeMo Gym's agents pass the resources server's cookies from call to call):
 
 A masked reward (the verifier or judge failed) is never a plain 0: ``reward`` is 0.0 and
 ``mask_sample`` is true (NeMo Gym's flag for samples the trainer drops; NeMo-RL honours it with
-``env.should_mask_flagged_samples``), with ``reward_masked_reason``. Group-scored envs (GenRM) need
-``options["num_rollouts_per_prompt"]`` and score per cohort (``_ng_task_index``, else the task id)
-under ``options["group_deadline_s"]`` (``groups``).
+``env.should_mask_flagged_samples``), with ``reward_masked_reason`` (and NeMo Gym's
+``failure_reason``). Group-scored envs (GenRM) need ``options["num_rollouts_per_prompt"]`` and score
+per cohort (``_ng_task_index``, else the task id) under ``options["group_deadline_s"]`` (``groups``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ COOKIE = "cascade_session"
 GROUP_DEADLINE_S = 300.0
 """Default wait for a cohort's last rollouts before it is scored with what arrived."""
 TASK_INDEX_KEY = "_ng_task_index"
-_TOOL = re.compile(r"/([A-Za-z_][A-Za-z0-9_.\-]{0,127})")
+TOOL_ROUTE = re.compile(r"/([A-Za-z_][A-Za-z0-9_.\-]{0,127})")
 RESERVED = {"seed_session", "verify", "reset", "step", "aggregate_metrics", "health", "mcp"}
 
 
@@ -52,11 +52,14 @@ def _set_cookie(session_id: str) -> tuple[str, str]:
 
 
 def reward_fields(reward: Reward) -> dict[str, Any]:
-    """A cascade reward as verify/step fields: masked ones are flagged, never a silent 0."""
+    """A cascade reward as verify/step fields: masked ones are flagged, never a silent 0 (the reason
+    also as ``failure_reason``, NeMo Gym's field for it)."""
+    masked_reason = reward.error or reward.reason if reward.masked else None
     return {
         "reward": 0.0 if reward.masked else float(reward.value),
         "mask_sample": reward.masked,
-        "reward_masked_reason": reward.error or reward.reason if reward.masked else None,
+        "reward_masked_reason": masked_reason,
+        "failure_reason": masked_reason,
         "reward_reason": reward.reason,
         "reward_components": {
             k: v for k, v in reward.components.items() if isinstance(v, (int, float, str, bool))
@@ -170,7 +173,7 @@ class NemoGymHandler(Router):
         return episode
 
     async def tool(self, request: Request) -> Response:
-        match = _TOOL.fullmatch(request.path)
+        match = TOOL_ROUTE.fullmatch(request.path)
         if match is None or match.group(1) in RESERVED:
             return error_response(ServingError(f"no route POST {request.path}", status=404))
         name = match.group(1)
