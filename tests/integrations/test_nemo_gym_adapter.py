@@ -22,9 +22,11 @@ from cascade_envs import CascadeError
 from cascade_envs.core import Completion
 from cascade_envs.data import DataError
 from cascade_envs.http_server import Request, Response
+from cascade_envs.integrations.nemo_gym import env as adapter_module
 from cascade_envs.integrations.nemo_gym.client import ServerFault
 from cascade_envs.integrations.nemo_gym.env import NemoGymEnv
 from cascade_envs.integrations.nemo_gym.export import gym_row
+from cascade_envs.integrations.nemo_gym.launch import ServerProcess
 from cascade_envs.integrations.nemo_gym.responses import (
     FunctionCall,
     completion_of,
@@ -286,6 +288,22 @@ def test_bad_settings_and_a_server_that_will_not_start():
         NemoGymEnv(server="../etc", python=sys.executable)
     with pytest.raises(DataError, match="field 'responses_create_params'"):
         NemoGymEnv(tasks=[{"prompt": "a cascade row, not a NeMo Gym one"}], url="http://127.0.0.1:1")
+
+
+def test_a_bad_setting_found_after_the_start_stops_the_server(monkeypatch):
+    started: list[ServerProcess] = []
+
+    class Recorded(ServerProcess):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(adapter_module, "ServerProcess", Recorded)
+    with pytest.raises(ValueError, match="timeout_s"):
+        NemoGymEnv(
+            command=[sys.executable, "-m", "http.server", "{port}", "--bind", "127.0.0.1"], timeout_s=0
+        )
+    assert len(started) == 1 and not started[0].running
 
 
 # ----- faults: the server's are masked with their reason, the episode's score 0 ---------------------

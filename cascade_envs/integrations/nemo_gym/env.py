@@ -134,7 +134,12 @@ class NemoGymEnv(Env[ResourcesTask]):
         elif command is not None:
             self.process = ServerProcess(command, start_timeout_s=start_timeout_s)
         self.url = self.process.url if self.process is not None else str(url)
-        self.client = ResourcesClient(self.url, timeout_s=timeout_s, retries=retries)
+        try:
+            self.client = ResourcesClient(self.url, timeout_s=timeout_s, retries=retries)
+        except BaseException:
+            if self.process is not None:
+                self.process.stop()
+            raise
 
     # ----- rows ---------------------------------------------------------------------------------
 
