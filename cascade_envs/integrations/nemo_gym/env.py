@@ -51,7 +51,7 @@ from ...data import Prompt, prompt_messages
 from ...env import Env
 from ...episode import Episode, Turn
 from ...reasoning import split_reasoning
-from ...tools import normalise_tool
+from ...tools import ToolCall, normalise_tool
 from .client import ResourcesClient, ServerFault, Session
 from .launch import START_TIMEOUT_S, ServerProcess, nemo_gym_server
 from .responses import FunctionCall, response_object, turn_items
@@ -166,42 +166,41 @@ class NemoGymEnv(Env[ResourcesTask]):
         state: ResourcesEpisode = episode.state
         split = split_reasoning(completion)
         tools = episode.task.tools
-        cut = completion.truncated and bool(
-            tools
-        )  # a cut reply of a tool task runs nothing: the env truncates
+        cut = completion.truncated and bool(tools)  # a cut reply of a tool task runs nothing
         parsed = self.parse_tool_calls(split.answer) if tools and not cut and not split.unterminated else None
         if parsed is None or not (parsed.calls or parsed.errors):
             state.turns.append(TurnRecord(split.reasoning, split.answer))
-            return Turn(done=not cut)
+            return Turn(done=not cut)  # the final answer, or a cut reply the env truncates
         record = TurnRecord(split.reasoning, parsed.content)
         state.turns.append(record)
         messages: list[Message] = []
-        errors = len(parsed.errors)
+        failed = len(parsed.errors)
         for index, call in enumerate(parsed.calls[: self.max_calls_per_turn]):
-            call_id = f"call_{episode.turns}_{index}"
-            if call.name not in tools:
-                errors += 1
-                offered = ", ".join(sorted(tools))
-                messages.append(
-                    _tool_message(
-                        call_id, call.name, f"Error: unknown tool {call.name!r}; the tools: {offered}"
-                    )
-                )
-                continue
             try:
-                output = await self.client.call_tool(state.session, call.name, call.arguments)
+                message, ok = await self._call(episode, record, f"call_{episode.turns}_{index}", call)
             except ServerFault as exc:
                 state.fault = True
                 return Turn(messages, reward=await self._blame(episode.task, str(exc)), done=True)
-            record.calls.append((FunctionCall(call_id, call.name, call.arguments), output.raw))
-            errors += not output.ok
-            messages.append(_tool_message(call_id, call.name, self._cut(output.shown())))
+            messages.append(message)
+            failed += not ok
         messages += [{"role": "tool", "content": f"Error: {error}"} for error in parsed.errors]
         left = len(parsed.calls) - self.max_calls_per_turn
         if left > 0:
-            note = f"Error: only the first {self.max_calls_per_turn} tool calls of a reply run; {left} more were not run"
-            messages.append({"role": "tool", "content": note})
-        return Turn(messages, info={"tool_calls": len(record.calls), "tool_errors": errors})
+            note = f"only the first {self.max_calls_per_turn} tool calls of a reply run; {left} more were not run"
+            messages.append({"role": "tool", "content": f"Error: {note}"})
+        return Turn(messages, info={"tool_calls": len(record.calls), "tool_errors": failed})
+
+    async def _call(
+        self, episode: Episode[ResourcesTask], record: TurnRecord, call_id: str, call: ToolCall
+    ) -> tuple[Message, bool]:
+        """One tool call's message and whether it succeeded; ``ServerFault`` when the server gave no answer."""
+        tools = episode.task.tools
+        if call.name not in tools:
+            error = f"Error: unknown tool {call.name!r}; the tools: {', '.join(sorted(tools))}"
+            return _tool_message(call_id, call.name, error), False
+        output = await self.client.call_tool(episode.state.session, call.name, call.arguments)
+        record.calls.append((FunctionCall(call_id, call.name, call.arguments), output.raw))
+        return _tool_message(call_id, call.name, self._cut(output.shown())), output.ok
 
     async def on_end(self, episode: Episode[ResourcesTask]) -> None:
         """Verify a session that was not (overlong, no answer), so that the server frees its state."""
