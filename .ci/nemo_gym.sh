@@ -13,7 +13,8 @@
 # A missing interpreter, a nemo-gym that stops installing or importing, or one older than 0.7 fails
 # this script (and the tests run with CASCADE_REQUIRE_NEMO_GYM=1): it never skips.
 #
-# Runs every tests/integrations/test_nemo_gym_real*.py with the venv's python.
+# Runs tests/integrations/test_nemo_gym_real.py with the venv's python, then
+# test_nemo_gym_real_resources.py with the project's .venv (NeMo Gym's servers started from this venv).
 #
 #   bash .ci/nemo_gym.sh [extra pytest args]
 set -euo pipefail
@@ -72,13 +73,16 @@ pip_install "${TEST_DEPS[@]}"
 log "venv ready in $((SECONDS - t0)) s: $("$PY" -V) nemo-gym $("$PY" -c 'from importlib.metadata import version; print(version("nemo-gym"))')"
 
 cd "$ROOT"
-shopt -s nullglob
-tests=(tests/integrations/test_nemo_gym_real*.py)
-((${#tests[@]})) || { echo "nemo_gym.sh: no tests/integrations/test_nemo_gym_real*.py" >&2; exit 1; }
+tests=(tests/integrations/test_nemo_gym_real.py)
 t1=$SECONDS
 set +e
 CASCADE_REQUIRE_NEMO_GYM=1 HF_HUB_OFFLINE=1 "$PY" -m pytest "${tests[@]}" -q -p no:cacheprovider "$@"
 rc=$?
+# NeMo Gym's own resources servers played as our env and trained on by our trainer: the servers run
+# under this venv's Python, the trainer under the project's .venv (torch is installed for 3.11 only here).
+[[ -x "$ROOT/.venv/bin/python" ]] || { echo "nemo_gym.sh: $ROOT/.venv is missing (run the README's test command first)" >&2; exit 1; }
+CASCADE_REQUIRE_NEMO_GYM=1 NEMO_GYM_PYTHON="$PY" HF_HUB_OFFLINE=1 "$ROOT/.venv/bin/python" -m pytest \
+    tests/integrations/test_nemo_gym_real_resources.py -q -p no:cacheprovider -n 0 "$@" || rc=1
 set -e
 log "NeMo Gym tests (${tests[*]}) finished in $((SECONDS - t1)) s (exit $rc)"
 exit $rc

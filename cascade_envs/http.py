@@ -24,6 +24,10 @@
 server that refused a connection is tried last for a few seconds, and with ``per_url_concurrency``
 no server has more than that many requests in flight. One client serves one event loop
 (httpx's connection pool is bound to the loop that first uses it).
+
+The client keeps no cookies: it serves many callers at once, so one caller's session must never
+ride on another's request. A caller with a session sends its cookie in ``headers`` and reads the
+``Set-Cookie`` answers in ``exchange``'s ``Answer.headers``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ import random
 import time
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -71,6 +76,13 @@ class HTTPRequestError(CascadeError):
         self.status, self.body = status, body
         plural = "" if attempts == 1 else "s"
         super().__init__(f"{method} {url}: {problem} (after {attempts} attempt{plural})")
+
+
+class Answer(NamedTuple):
+    """A successful exchange: the decoded JSON body and the answer's headers."""
+
+    data: Any
+    headers: httpx.Headers
 
 
 class _Retry(Exception):
@@ -156,6 +168,7 @@ class RetryingClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
                 headers=self.headers,
+                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),  # a jar that keeps none
                 timeout=httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s),
                 limits=httpx.Limits(
                     max_connections=self.concurrency, max_keepalive_connections=self.concurrency
@@ -192,12 +205,21 @@ class RetryingClient:
             delay = max(delay, min(retry_after, self.max_backoff_s))
         return delay
 
-    async def request_json(self, method: str, path: str, body: Any = None) -> Any:
+    async def request_json(
+        self, method: str, path: str, body: Any = None, *, headers: Mapping[str, str] | None = None
+    ) -> Any:
         """Send ``body`` as JSON (none when ``None``) and return the decoded JSON answer.
 
-        Raises ``HTTPRequestError`` on a non-retryable answer (at once) or when retries or the
-        retry budget run out.
+        ``headers`` are added to this request's (e.g. a session's ``Cookie``). Raises
+        ``HTTPRequestError`` on a non-retryable answer (at once) or when retries or the retry budget
+        run out.
         """
+        return (await self.exchange(method, path, body, headers=headers)).data
+
+    async def exchange(
+        self, method: str, path: str, body: Any = None, *, headers: Mapping[str, str] | None = None
+    ) -> Answer:
+        """``request_json``, with the answer's headers too (its ``Set-Cookie``, say)."""
         self.stats["requests"] += 1
         started: float | None = None
         attempts = counted = 0
@@ -211,7 +233,7 @@ class RetryingClient:
                 self.stats["attempts"] += 1
                 self._in_flight[index] += 1
                 try:
-                    data = await self._attempt(method, url, body, attempts)
+                    answer = await self._attempt(method, url, body, attempts, headers)
                 except _Retry as exc:
                     retry = exc
                 except HTTPRequestError as exc:
@@ -219,7 +241,7 @@ class RetryingClient:
                     raise
                 else:
                     self.stats["succeeded"] += 1
-                    return data
+                    return answer
                 finally:
                     self._in_flight[index] -= 1
             if retry.down:
@@ -246,10 +268,12 @@ class RetryingClient:
             self.stats[f"retry.{retry.reason}"] += 1
             await asyncio.sleep(delay)
 
-    async def _attempt(self, method: str, url: str, body: Any, attempts: int) -> Any:
+    async def _attempt(
+        self, method: str, url: str, body: Any, attempts: int, headers: Mapping[str, str] | None
+    ) -> Answer:
         try:
             async with asyncio.timeout(self.deadline_s):
-                response = await self._http().request(method, url, json=body)
+                response = await self._http().request(method, url, json=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise _Retry(
                 "timeout", f"timed out ({type(exc).__name__})", down=isinstance(exc, httpx.ConnectTimeout)
@@ -280,7 +304,7 @@ class RetryingClient:
                 method, url, f"HTTP {status}: {text[:300]}", attempts=attempts, status=status, body=text
             )
         try:
-            return response.json()
+            return Answer(response.json(), response.headers)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise _Retry(
                 "malformed_json",

@@ -19,6 +19,8 @@ BUILTIN_ENVS: dict[str, tuple[str, dict]] = {
     "cascade/LongContextQA-v0": ("cascade_envs.envs.long_context.env:LongContextQAEnv", {}),
     "cascade/AgentlessRepair-v0": ("cascade_envs.envs.agentless.env:AgentlessRepairEnv", {}),
     "cascade/SWE-v0": ("cascade_envs.envs.swe.env:SweEnv", {}),
+    # any NeMo Gym resources server (url=, server= or command=; NeMo Gym rows as tasks=)
+    "nemo-gym/Resources-v0": ("cascade_envs.integrations.nemo_gym.env:NemoGymEnv", {}),
 }
 
 

@@ -25,6 +25,7 @@ Paths under ``/http/`` (any method) exercise the generic HTTP client; ``calls[pa
   /http/garbage            -> 200 with a body that is not JSON
   /http/trickle/DELAY/N    -> 200 announcing N bytes of JSON, then one byte every DELAY seconds
   /http/sleep/SECONDS      -> 200 {"ok": true} after SECONDS
+  /http/cookie/VALUE       -> 200 {"cookie": <the request's Cookie header or null>}, setting cookie s=VALUE
 """
 
 from __future__ import annotations
@@ -203,6 +204,9 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "sleep":
             time.sleep(float(args[0]))
             return self._send(200, b'{"ok": true}')
+        if kind == "cookie":
+            body = json.dumps({"cookie": self.headers.get("Cookie")}).encode()
+            return self._send(200, body, headers={"Set-Cookie": f"s={args[0]}; Path=/; HttpOnly"})
         return self._send(404, b'{"error": "no such test route"}')
 
 

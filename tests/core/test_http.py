@@ -164,6 +164,23 @@ def test_concurrency_limits_requests_in_flight(chat_server):
     assert asyncio.run(go()) >= 0.55  # two waves of two
 
 
+def test_keeps_no_cookies_and_sends_a_callers_own(chat_server):
+    """Callers share one client: a cookie one answer sets never rides on another caller's request."""
+    client = RetryingClient(base(chat_server))
+
+    async def go():
+        async with client:
+            first = await client.exchange("GET", "/http/cookie/a")
+            plain = await client.request_json("GET", "/http/cookie/b")
+            own = await client.request_json("GET", "/http/cookie/c", headers={"Cookie": "s=mine"})
+            return first, plain, own
+
+    first, plain, own = asyncio.run(go())
+    assert first.data == {"cookie": None} and first.headers["set-cookie"].startswith("s=a;")
+    assert plain == {"cookie": None}  # the jar kept nothing of the first answer
+    assert own == {"cookie": "s=mine"}
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError):
         RetryingClient(["http://a", ""])

@@ -6,6 +6,7 @@ and the env's reward is easy to verify by hand: the fraction of the answer's wor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,12 @@ TEMPLATE = (
 PROMPTS = ["say the word yes", "say yes", "one word yes", "the word yes", "say yes yes", "yes say"]
 
 
-def tiny_tokenizer() -> Any:
+def tiny_tokenizer(words: Sequence[str] = WORDS) -> Any:
+    """A word-level tokenizer over ``words`` (each one token; any other word is ``<unk>``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(SPECIAL + ROLES + WORDS + ["<unk>"])}
+    vocab = {t: i for i, t in enumerate(SPECIAL + ROLES + list(words) + ["<unk>"])}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
@@ -70,9 +72,9 @@ def tiny_model(
     return LlamaForCausalLM(config).eval()
 
 
-def save_tiny(folder: Path, seed: int = 0) -> Path:
-    """A tiny model + tokenizer saved as a Hugging Face folder (what ``model.path`` points at)."""
-    tok = tiny_tokenizer()
+def save_tiny(folder: Path, seed: int = 0, words: Sequence[str] = WORDS) -> Path:
+    """A tiny model + tokenizer over ``words`` saved as a Hugging Face folder (what ``model.path`` points at)."""
+    tok = tiny_tokenizer(words)
     model = tiny_model(len(tok), seed=seed)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.save_pretrained(folder)

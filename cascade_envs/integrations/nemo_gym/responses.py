@@ -6,6 +6,10 @@ and ``function_call`` items (model servers may add ``prompt_token_ids``, ``gener
 ``<think>...</think>``, the message text, and each function call as a text-mode
 ``<tool_call>{"name", "arguments"}</tool_call>`` block (what cascade envs parse), with the token ids
 and log-probs kept (NeMo Gym's model servers put a turn's whole generation on its last item). Malformed items are a ``BadRequest`` naming the field.
+
+The other way (the client side, ``env``): ``turn_items`` makes the items of one cascade turn (its
+reasoning, its text, its function calls and their outputs) and ``response_object`` the
+``response`` that a ``/verify`` request carries; ``completion_of`` reads back the text they came from.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from ...serving.errors import BadRequest
 
 MAX_ITEMS = 4096
 """Output items accepted in one response."""
+MODEL = "cascade-envs"
+"""The ``model`` of the responses the client side builds."""
 
 
 @dataclass(frozen=True)
@@ -180,3 +186,57 @@ def observation_text(messages: list[Message]) -> str | None:
     texts = [str(m.get("content") or "") for m in messages]
     joined = "\n\n".join(t for t in texts if t)
     return joined or None
+
+
+# ----- the client side: cascade turns as Responses items -------------------------------------------
+
+
+def message_item(text: str, item_id: str = "msg_0") -> dict[str, Any]:
+    """An assistant ``message`` item holding ``text``."""
+    content = [{"type": "output_text", "text": text, "annotations": []}]
+    return {"id": item_id, "type": "message", "role": "assistant", "status": "completed", "content": content}
+
+
+def turn_items(
+    turn: int, reasoning: str, text: str, calls: list[tuple[FunctionCall, str]]
+) -> list[dict[str, Any]]:
+    """The items of model turn ``turn``: its ``reasoning``, its visible ``text`` (each when not empty),
+    then each function call with the ``function_call_output`` that answered it."""
+    items: list[dict[str, Any]] = []
+    if reasoning:
+        summary = [{"type": "summary_text", "text": reasoning}]
+        items.append({"id": f"rs_{turn}", "type": "reasoning", "summary": summary})
+    if text:
+        items.append(message_item(text, f"msg_{turn}"))
+    for call, _ in calls:
+        arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+        items.append(
+            {
+                "id": f"fc_{call.call_id}",
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": arguments,
+                "status": "completed",
+            }
+        )
+    items += [{"type": "function_call_output", "call_id": c.call_id, "output": out} for c, out in calls]
+    return items
+
+
+def response_object(
+    output: list[dict[str, Any]], *, tools: list[Any] | None = None, incomplete: bool = False
+) -> dict[str, Any]:
+    """A Responses ``response`` with ``output`` (``incomplete``: its last turn was cut at the length limit)."""
+    return {
+        "id": "resp_cascade",
+        "object": "response",
+        "created_at": 0.0,
+        "model": MODEL,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": list(tools or []),
+        "status": "incomplete" if incomplete else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+    }

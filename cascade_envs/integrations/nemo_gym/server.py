@@ -50,7 +50,7 @@ COOKIE = "cascade_session"
 GROUP_DEADLINE_S = 300.0
 """Default wait for a cohort's last rollouts before it is scored with what arrived."""
 TASK_INDEX_KEY = "_ng_task_index"
-_TOOL = re.compile(r"/([A-Za-z_][A-Za-z0-9_.\-]{0,127})")
+TOOL_ROUTE = re.compile(r"/([A-Za-z_][A-Za-z0-9_.\-]{0,127})")
 RESERVED = {
     "seed_session",
     "close_session",
@@ -247,7 +247,7 @@ class NemoGymHandler(Router):
         return episode
 
     async def tool(self, request: Request) -> Response:
-        match = _TOOL.fullmatch(request.path)
+        match = TOOL_ROUTE.fullmatch(request.path)
         if match is None or match.group(1) in RESERVED:
             return error_response(ServingError(f"no route POST {request.path}", status=404))
         name = match.group(1)
