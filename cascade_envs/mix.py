@@ -1,7 +1,9 @@
 """``EnvMix``: seeded, weighted sampling of tasks over several environments.
 
 The mix format (``eval --mix FILE.yaml``, a run config's ``mix.envs``) is read by one parser,
-``parse_mix``: ``{ENV_ID: WEIGHT}`` or ``{ENV_ID: {weight: W, kwargs: {...}}}``.
+``parse_mix``: ``{ENV_ID: WEIGHT}`` or ``{ENV_ID: {weight: W, kwargs: {...}, env: REGISTERED_ID}}``.
+An entry with ``env`` plays that registered env under its own id (e.g. two NeMo Gym servers through
+``nemo-gym/Resources-v0``): the id is registered for this process with the same entry point.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import numpy as np
 from .core import CascadeError
 from .data import Loaded
 from .env_set import EnvSet
-from .registry import ENV_ID_RE
+from .registry import ENV_ID_RE, UnknownIdError, register, spec
 
 log = logging.getLogger("cascade_envs.mix")
 
-ENTRY_KEYS = ("weight", "kwargs")
-"""The keys of a ``{weight: W, kwargs: {...}}`` mix entry."""
+ENTRY_KEYS = ("weight", "kwargs", "env")
+"""The keys of a ``{weight: W, kwargs: {...}, env: ID}`` mix entry."""
 MIX_FILE_KEYS = ("envs",)
 """The top-level keys of a mix file."""
 _YAML11_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")  # PyYAML reads "1e-3" as a string
@@ -59,10 +61,30 @@ def _did_you_mean(key: Any, known: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
 
 
+def _register_alias(where: str, env_id: str, base_id: Any) -> None:
+    """Register ``env_id`` as another id of the env registered as ``base_id`` (same entry point)."""
+    if not isinstance(base_id, str) or not ENV_ID_RE.match(base_id):
+        raise CascadeError(
+            f"{where}.env: expected a registered env id like 'namespace/Name-vN', got {base_id!r}"
+        )
+    try:
+        base = spec(base_id)
+    except UnknownIdError as exc:
+        raise CascadeError(f"{where}.env: {exc}") from None
+    try:
+        taken = spec(env_id)
+    except UnknownIdError:
+        taken = None
+    if taken is not None and (taken.plugin != "<runtime>" or taken.entry_point != base.entry_point):
+        raise CascadeError(f"{where}: {env_id!r} is already a registered env; give this entry another id")
+    register(env_id, base.entry_point, **base.kwargs)
+
+
 def parse_mix(envs: Any, *, source: str = "mix.envs") -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
     """Read a mix's ``envs`` mapping into ``(weights, env_kwargs)``.
 
-    Each value is a weight or ``{weight: W, kwargs: {...}}`` (weight 1 when left out). Weights are
+    Each value is a weight or ``{weight: W, kwargs: {...}, env: ID}`` (weight 1 when left out; with
+    ``env``, the entry's id is registered as that env's, see ``_register_alias``). Weights are
     checked (finite, non-negative, not all zero) but not normalised; every id gets a kwargs dict.
     Errors are ``CascadeError``s naming the key after ``source``: ``mix.envs.cascade/MCQA-v0.weight``
     (a ``source`` ending in ``:`` is followed by a space instead of a dot: ``--mix: cascade/MCQA-v0``).
@@ -85,6 +107,8 @@ def parse_mix(envs: Any, *, source: str = "mix.envs") -> tuple[dict[str, float],
                     raise CascadeError(f"{where}: unknown key {key!r}{_did_you_mean(key, ENTRY_KEYS)}")
             weight = _check_weight(f"{where}.weight", value.get("weight", 1.0))
             kwargs = value.get("kwargs")
+            if "env" in value:
+                _register_alias(where, env_id, value["env"])
         elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
             weight = _check_weight(where, value)
         else:

@@ -85,7 +85,7 @@ def test_parse_mix_reads_both_entry_forms():
         ({3: 1}, r"env id 3 must look like"),
         ({"toy/A-v0": {"wieght": 2}}, r"^mix\.envs\.toy/A-v0: unknown key 'wieght'; did you mean 'weight'\?"),
         ({"toy/A-v0": {"kwarg": {}}}, r"unknown key 'kwarg'; did you mean 'kwargs'\?"),
-        ({"toy/A-v0": {"zzz": 1}}, r"unknown key 'zzz' \(known: weight, kwargs\)"),
+        ({"toy/A-v0": {"zzz": 1}}, r"unknown key 'zzz' \(known: weight, kwargs, env\)"),
         ({"toy/A-v0": -1}, r"^mix\.envs\.toy/A-v0 is negative \(-1"),
         ({"toy/A-v0": {"weight": -0.5}}, r"^mix\.envs\.toy/A-v0\.weight is negative"),
         ({"toy/A-v0": float("nan")}, r"toy/A-v0 must be a finite number, got nan"),
@@ -100,6 +100,15 @@ def test_parse_mix_reads_both_entry_forms():
         ),
         ({"toy/A-v0": {"kwargs": {1: 2}}}, r"toy/A-v0\.kwargs: keyword names must be strings"),
         ({"toy/A-v0": 0, "toy/B-v0": 0.0}, r"^mix\.envs: the weights sum to zero"),
+        (
+            {"toy/A-v0": {"env": "toy/NoSuch-v0"}},
+            r"^mix\.envs\.toy/A-v0\.env: unknown environment 'toy/NoSuch-v0'",
+        ),
+        ({"toy/A-v0": {"env": 3}}, r"toy/A-v0\.env: expected a registered env id"),
+        (
+            {"toy/LookupTool-v0": {"env": "toy/ExactAnswer-v0"}},
+            r"'toy/LookupTool-v0' is already a registered env; give this entry another id",
+        ),
     ],
 )
 def test_parse_mix_errors_name_the_key(envs, match):
@@ -151,3 +160,25 @@ def test_eval_and_the_trainer_share_the_parser():
     assert config.mix_weights() == parse_mix(envs)
     with pytest.raises(ConfigError, match=r"mix\.envs\.test/SayYes-v0\.weight is negative"):
         config_from_dict({"mix": {"envs": {"test/SayYes-v0": {"weight": -1}}}})
+
+
+def test_an_entry_plays_a_registered_env_under_an_id_of_its_own():
+    """Two entries of one registered env with their own kwargs (e.g. two NeMo Gym servers through
+    ``nemo-gym/Resources-v0``): each id is its own env in the mix, made with its own tasks."""
+    from cascade_envs.mix import parse_mix
+    from cascade_envs.registry import spec
+
+    envs = {
+        "mine/Small-v0": {"env": "toy/ExactAnswer-v0", "weight": 1, "kwargs": {"tasks": TASKS[:2]}},
+        "mine/Large-v0": {"env": "toy/ExactAnswer-v0", "weight": 3, "kwargs": {"tasks": TASKS}},
+    }
+    weights, kwargs = parse_mix(envs)
+    assert parse_mix(envs) == (weights, kwargs)  # parsing again (every rank parses) is fine
+    assert spec("mine/Small-v0").entry_point == spec("toy/ExactAnswer-v0").entry_point
+    mix = EnvMix(weights, seed=0, env_kwargs=kwargs)
+    try:
+        assert [len(mix.envs[i].tasks) for i in ("mine/Small-v0", "mine/Large-v0")] == [2, 10]
+        assert mix.envs["mine/Small-v0"] is not mix.envs["mine/Large-v0"]
+        assert Counter(e for e, _ in mix.sample(400))["mine/Large-v0"] > 250
+    finally:
+        mix.envs.close()

@@ -165,7 +165,7 @@ BOXES = ["\\boxed{A}", "\\boxed{B}"]
 
 
 def test_a_mix_with_a_nemo_gym_server_trains_in_our_trainer(nemo_gym, tmp_path):
-    """Two GRPO steps of the tiny model on our SayYes env beside NeMo Gym's mcqa server."""
+    """Two GRPO steps of the tiny model on our SayYes env beside two of NeMo Gym's mcqa servers."""
     python, _ = nemo_gym
     register_toys()
     rows = tmp_path / "mcqa.jsonl"
@@ -184,8 +184,15 @@ def test_a_mix_with_a_nemo_gym_server_trains_in_our_trainer(nemo_gym, tmp_path):
     mcqa = {"server": "mcqa", "python": python, "tasks": str(rows), "thinking": False}
     config = {
         "model": {"path": str(model)},
-        "mix": {"envs": {"test/SayYes-v0": 0.5, "nemo-gym/Resources-v0": {"weight": 0.5, "kwargs": mcqa}}},
-        "rollout": {"group_size": 4, "prompts_per_step": 4, "max_tokens": 6, "dynamic_filtering": False},
+        "mix": {
+            "envs": {
+                "test/SayYes-v0": 0.5,
+                "nemo-gym/Resources-v0": {"weight": 0.25, "kwargs": mcqa},
+                # a second server in the same mix: the registered env under an id of its own
+                "nemo-gym/MCQA-v0": {"env": "nemo-gym/Resources-v0", "weight": 0.25, "kwargs": mcqa},
+            }
+        },
+        "rollout": {"group_size": 4, "prompts_per_step": 8, "max_tokens": 6, "dynamic_filtering": False},
         "optim": {"lr": 3e-3, "micro_batch_size": 8},
         "train": {
             "steps": 2,
@@ -203,6 +210,8 @@ def test_a_mix_with_a_nemo_gym_server_trains_in_our_trainer(nemo_gym, tmp_path):
     assert len(history) == 2 and all(h["train/tokens"] > 0 for h in history)
     assert all(h["batch/samples_masked"] == 0 for h in history)
     nemo = [h["reward/nemo-gym/Resources-v0"] for h in history if "reward/nemo-gym/Resources-v0" in h]
+    other = [h["reward/nemo-gym/MCQA-v0"] for h in history if "reward/nemo-gym/MCQA-v0" in h]
     ours = [h["reward/test/SayYes-v0"] for h in history if "reward/test/SayYes-v0" in h]
-    assert nemo and ours  # both envs played and scored
+    assert nemo and other and ours  # every env played and scored, each NeMo Gym id by its own server
+    nemo += other
     assert max(nemo) > 0  # the server's verifier paid some \boxed answers of the tiny model
