@@ -226,14 +226,16 @@ def sync_gymnasium() -> None:
         )
 
 
-def register(env_id: str, entry_point: str | type, **kwargs: Any) -> None:
+def register(env_id: str, entry_point: str | Callable[..., Any], **kwargs: Any) -> None:
     """Register an environment at run time (plugins use the hook instead).
 
     ``entry_point`` is ``"pkg.mod:Class"`` or the class itself (kept as is when it cannot be
     imported by name, e.g. a class defined inside a function).
     """
     check_env_id(env_id)
-    if not isinstance(entry_point, str) and "<locals>" not in entry_point.__qualname__:
+    if not isinstance(entry_point, str) and "<locals>" not in getattr(
+        entry_point, "__qualname__", "<locals>"
+    ):
         entry_point = f"{entry_point.__module__}:{entry_point.__qualname__}"
     envs.ensure_loaded()
     envs.register(env_id, Spec(env_id, entry_point, kwargs, plugin="<runtime>"), replace=True)
