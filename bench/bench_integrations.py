@@ -24,38 +24,22 @@ import asyncio
 import importlib.util
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 import cascade_envs
+from cascade_envs.integrations.nemo_gym.launch import ServerProcess, nemo_gym_server
 
 ENV_ID = "cascade/MCQA-v0"
 ROOT = Path(__file__).resolve().parents[1]
 Play = Callable[[int], Awaitable[None]]  # plays episode i of the rows
 Session = Callable[[], AbstractAsyncContextManager[Play]]  # one client session (connection, cookies)
-
-GYM_MCQA = """
-import sys, uvicorn
-from omegaconf import OmegaConf
-from nemo_gym.config_types import BaseServerConfig
-from nemo_gym.server_utils import ServerClient
-from resources_servers.mcqa.app import MCQAResourcesServer, MCQAResourcesServerConfig
-port = int(sys.argv[1])
-client = ServerClient(head_server_config=BaseServerConfig(host="127.0.0.1", port=1), global_config_dict=OmegaConf.create({}))
-config = MCQAResourcesServerConfig(host="127.0.0.1", port=port, entrypoint="app.py", name="mcqa")
-app = MCQAResourcesServer(config=config, server_client=client).setup_webserver()
-uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-"""
 
 
 def run_openenv_server(port: int, max_sessions: int) -> None:
@@ -241,40 +225,6 @@ def response(text: str) -> dict[str, Any]:
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}  # fmt: skip
 
 
-class Servers:
-    """Server processes of this run, each on a free port, its stderr in a log shown if it fails to start."""
-
-    def __init__(self) -> None:
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.logs = Path(tempfile.mkdtemp(prefix="bench_integrations_"))
-
-    def start(self, command: Callable[[str], list[str]], probe: str) -> str:
-        """Run ``command(port)``; return its URL once ``probe`` (``GET /path``, ``POST /path``) answers."""
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = str(s.getsockname()[1])
-        url, log = f"http://127.0.0.1:{port}", self.logs / f"{port}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(command(port), stdout=subprocess.DEVNULL, stderr=out)
-        self.processes.append(process)
-        method, path = probe.split()
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                httpx.request(method, url + path, json={} if method == "POST" else None, timeout=2)
-                return url
-            except httpx.TransportError:
-                time.sleep(0.3)
-        raise RuntimeError(
-            f"{' '.join(command(port)[:4])} did not start on {url}:\n{log.read_text()[-2000:]}"
-        )
-
-    def close(self) -> None:
-        for process in self.processes:
-            process.terminate()
-            process.wait(30)
-
-
 def has(*modules: str) -> bool:
     return all(importlib.util.find_spec(m) is not None for m in modules)
 
@@ -305,40 +255,44 @@ def main() -> None:
 
     raters = {"direct": sessions(direct_session(env, items, texts))}  # row -> rate(N, episodes)
     absent: dict[str, str] = {}
-    servers, spec = Servers(), None
+    servers: list[ServerProcess] = []
+    spec = None
     ours = [sys.executable, "-m", "cascade_envs", "serve", ENV_ID, "--max-sessions", str(4 * max(levels))]
     try:
         if has("aiohttp"):
             from cascade_envs.integrations.nemo_gym.export import gym_row
 
-            url = servers.start(
-                lambda p: [*ours, "--protocol", "nemo-gym", "--port", p], "POST /seed_session"
-            )
+            servers.append(ServerProcess([*ours, "--protocol", "nemo-gym", "--port", "{port}"]))
+            url = servers[-1].url
             rows = [gym_row(env, ENV_ID, item) for item in items]
             bodies = [(r, {**r, "response": response(t)}) for r, t in zip(rows, texts, strict=True)]
             raters["nemo-gym"] = sessions(nemo_gym_session(url, bodies))
-            gym = [args.nemo_gym_python, "-c"]
+            gym = args.nemo_gym_python
             if (
-                Path(gym[0]).exists()
+                Path(gym).exists()
                 and subprocess.run(
-                    [*gym, "import resources_servers.mcqa.app"], capture_output=True
+                    [gym, "-c", "import resources_servers.mcqa.app"], capture_output=True
                 ).returncode
                 == 0
             ):
-                url = servers.start(lambda p: [*gym, GYM_MCQA, p], "POST /seed_session")
+                argv, gym_env = nemo_gym_server(gym, "mcqa")
+                servers.append(ServerProcess(argv, env=gym_env))  # NeMo Gym's own server
+                url = servers[-1].url
                 bodies = [
                     (i.row, {**i.row, "response": response(t)}) for i, t in zip(items, texts, strict=True)
                 ]
                 raters["NeMo Gym"] = sessions(nemo_gym_session(url, bodies))
             else:
-                absent["NeMo Gym"] = f"no nemo-gym at {gym[0]}: `bash .ci/nemo_gym.sh` builds it"
+                absent["NeMo Gym"] = f"no nemo-gym at {gym}: `bash .ci/nemo_gym.sh` builds it"
         else:
             absent["nemo-gym"] = "needs aiohttp (NeMo Gym's HTTP client): `pip install aiohttp`"
         if has("openenv", "wsproto"):
-            url = servers.start(lambda p: [*ours, "--protocol", "openenv", "--port", p], "GET /health")
+            servers.append(ServerProcess([*ours, "--protocol", "openenv", "--port", "{port}"]))
+            url = servers[-1].url
             raters["openenv"] = sessions(openenv_session(url, indexes, texts))
             own = [sys.executable, __file__, "--sessions", args.sessions, "--serve-openenv"]
-            url = servers.start(lambda p: [*own, p], "GET /health")
+            servers.append(ServerProcess([*own, "{port}"]))
+            url = servers[-1].url
             raters["OpenEnv"] = sessions(openenv_session(url, indexes, texts))
         else:
             absent["openenv"] = "`pip install 'cascade-envs[openenv]'` (openenv-core, wsproto)"
@@ -365,7 +319,8 @@ def main() -> None:
                 for k, n in enumerate(levels):
                     results[name][k].append(rater(n, args.episodes))
     finally:
-        servers.close()
+        for server in servers:
+            server.stop()
         if spec is not None:
             spec.close()
         env.close()

@@ -23,23 +23,19 @@ import asyncio
 import contextlib
 import io
 import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TQDM_DISABLE", "1")  # NeMo Gym's progress bars, one per cell
 
 import cascade_envs  # noqa: E402
+from cascade_envs.integrations.nemo_gym.launch import ServerProcess, nemo_gym_server  # noqa: E402
 from tests.chat_server import ScriptedChatServer, Step  # noqa: E402
 from tests.integrations.nemo_gym_stack import GymStack, agent_name  # noqa: E402
 
@@ -47,40 +43,6 @@ ENV_ID = "cascade/MCQA-v0"
 MODES = ("strict_single_letter_boxed", "lenient_boxed")  # the grading modes NeMo Gym's MCQA server knows
 SERVERS = {"cascade": "serve --protocol nemo-gym", "mcqa": "NeMo Gym's mcqa server (reference)"}
 PATHS = {"relay": "legacy_agent -> simple_agent /run", "simple": "single_agent_turn_legacy -> simple_agent"}
-
-GYM_MCQA = """
-import sys, uvicorn
-from omegaconf import OmegaConf
-from nemo_gym.config_types import BaseServerConfig
-from nemo_gym.server_utils import ServerClient
-from resources_servers.mcqa.app import MCQAResourcesServer, MCQAResourcesServerConfig
-port = int(sys.argv[1])
-client = ServerClient(head_server_config=BaseServerConfig(host="127.0.0.1", port=1), global_config_dict=OmegaConf.create({}))
-config = MCQAResourcesServerConfig(host="127.0.0.1", port=port, entrypoint="app.py", name="mcqa_resources")
-app = MCQAResourcesServer(config=config, server_client=client).setup_webserver()
-uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-"""
-
-
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
-def start(command: list[str], port: str, logs: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``command`` as a process serving on ``port``; its URL once it answers."""
-    url = f"http://127.0.0.1:{port}"
-    with (logs / f"{port}.log").open("wb") as log:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            httpx.post(url + "/aggregate_metrics", json={"verify_responses": []}, timeout=2)
-            return process, url
-        except httpx.TransportError:
-            time.sleep(0.3)
-    raise RuntimeError(f"{command[:4]} did not start:\n{(logs / f'{port}.log').read_text()[-2000:]}")
 
 
 def rate(stack: GymStack, rows: list[dict[str, Any]], agent: str, episodes: int, concurrency: int) -> float:
@@ -127,18 +89,15 @@ def main() -> None:
     def policy(request: dict[str, Any]) -> Step:
         return Step(answers[request["messages"][-1]["content"]])
 
-    logs = Path(tempfile.mkdtemp(prefix="bench_nemo_gym_"))
-    ours_port, ref_port = free_port(), free_port()
     ours = [sys.executable, "-m", "cascade_envs", "serve", "--protocol", "nemo-gym", ENV_ID]
-    processes = []
+    ours += ["--port", "{port}", "--max-sessions", str(4 * max(levels))]
+    processes: list[ServerProcess] = []
     load0 = os.getloadavg()[0]
     try:
-        for command, port in (
-            ([*ours, "--port", ours_port, "--max-sessions", str(4 * max(levels))], ours_port),
-            ([sys.executable, "-c", GYM_MCQA, ref_port], ref_port),
-        ):
-            processes.append(start(command, port, logs))
-        urls = {"cascade": processes[0][1], "mcqa": processes[1][1]}
+        processes.append(ServerProcess(ours))
+        argv, gym_env = nemo_gym_server(sys.executable, "mcqa")  # NeMo Gym's own server
+        processes.append(ServerProcess(argv, env=gym_env))
+        urls = {"cascade": processes[0].url, "mcqa": processes[1].url}
         with ScriptedChatServer(policy) as chat:
             stack = GymStack(urls, chat.url + "/v1")
             try:
@@ -154,9 +113,8 @@ def main() -> None:
             finally:
                 stack.close()
     finally:
-        for process, _ in processes:
-            process.terminate()
-            process.wait(30)
+        for process in processes:
+            process.stop()
     title = (
         f"{ENV_ID} under NeMo Gym {version('nemo-gym')}'s rollout collection: {len(rows)} rows, "
         f"{args.episodes} single-turn episodes a cell, median of {args.rounds} alternating rounds; "
