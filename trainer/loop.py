@@ -463,14 +463,16 @@ class Trainer(Checkpointing):
 
     async def aclose(self) -> None:
         """Close the rollout engine and the mix's envs (their clients and pools)."""
-        await self.mix.envs.aclose()
-        await self.engine.aclose()
         from .ray_teacher import RayTeacher
 
-        for source in self.sources.values():  # teacher actors hold Ray resources until killed
-            for scorer in getattr(source, "scorers", {}).values():
-                if isinstance(scorer, RayTeacher):
-                    scorer.close()
+        try:
+            await self.mix.envs.aclose()
+            await self.engine.aclose()
+        finally:  # teacher actors hold Ray resources until killed, whatever else failed to close
+            for source in self.sources.values():
+                for scorer in getattr(source, "scorers", {}).values():
+                    if isinstance(scorer, RayTeacher):
+                        scorer.close()
 
     def close(self) -> None:
         """Stop the rollout engine's background work (sync wrapper of ``aclose``)."""

@@ -9,6 +9,7 @@ store, gloo broadcast) and with many buckets; a dead actor and a slow call give 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -217,5 +218,8 @@ def test_mopd_teachers_on_a_ray_actor_score_like_local_ones(local_ray, tiny_mode
         assert "mopd/teacher_top1_agreement" in metrics
     finally:
         trainer.close()
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(remote.actor.ready.remote(), timeout=60)  # closing the trainer stopped the teacher actor
+    deadline = time.monotonic() + 60
+    with pytest.raises(ray.exceptions.RayActorError):  # closing the trainer stopped the teacher actor
+        while time.monotonic() < deadline:  # ray.kill lands asynchronously: a call may still run first
+            ray.get(remote.actor.ready.remote(), timeout=60)
+            time.sleep(0.2)
