@@ -36,8 +36,9 @@ rollout scores above 0.5: that is the trainer's ``rollout.mask_groups_below: 0.5
 Rows (``rows.py``): this project's repair rows, and NeMo Gym ``swerl_gen`` / ``swerl_llm_judge``
 rows loaded unchanged. ``swerl_gen`` ``eval`` rows are repairs scored as above (upstream runs
 the instance's tests in a container instead; we have no images, and the report grades with a
-judge for that reason). ``repro-gen`` rows need their test run in the instance's image: an
-answer with a test is masked saying so, one without is a plain 0. ``swerl_llm_judge`` rows (pick
+judge for that reason). ``repro-gen`` rows need their test run in the instance's image: every
+answer to one is masked saying so (with or without a test, so the model cannot choose between a 0
+and a mask); leave them out of training. ``swerl_llm_judge`` rows (pick
 the correct fix among lettered candidates) score 1/0 by upstream's ``strict``/``lenient``
 rules, whatever ``reward`` says (``gym_modes.py``).
 """
@@ -215,9 +216,9 @@ def _score_choice(spec: ChoiceSpec, answer: str) -> Reward:
 
 
 def _score_repro(spec: ReproSpec, answer: str) -> Reward:
+    """Masked, whatever the answer: only running its test in the image could score it, and an answer
+    without a test must not score 0 where one with a test is masked (the model would choose)."""
     test = reproduction_test(answer)
-    if test is None:
-        return Reward.zero("no ```python test block in the answer")
     image = f" ({spec.image})" if spec.image else ""
     return Reward.failed(
         f"repro-gen rows are scored by running the test in the instance's container image{image}, before "

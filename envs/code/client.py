@@ -20,6 +20,7 @@ from .judge import JudgeConfig
 from .task import CodeProblem
 
 CONNECT_TIMEOUT_S = 10.0
+HTTP_TOO_LARGE = 413
 SLACK_S = 10.0
 """How long past its deadline a verification may take to come back (the service answers 504 at it)."""
 
@@ -76,15 +77,37 @@ class VerifierClient:
         return self._clients[loop]
 
     async def verify(self, task: CodeProblem, answer: str) -> Reward:
-        """Score ``answer`` on a service, which is sent the row's ``verifier_metadata`` as given."""
-        row = {"verifier_metadata": task.metadata}
-        payload = {"task": row, "answer": answer, "config": self.config, "deadline_s": self.timeout_s}
+        """Score ``answer`` on a service, which is sent the row's ``verifier_metadata`` as given.
+
+        A request over the service's body limit (413) is weighed with a control: the same task with an
+        empty answer. When the service takes that, the answer's own size was too much: a 0, as a local
+        run's memory limit would give, so a model cannot buy a mask with a huge answer. When the control
+        is refused too, the task is at fault and the sample is masked."""
         try:
-            data = await self._client().request_json("POST", "/verify", payload)
+            data = await self._post(task, answer)
         except HTTPRequestError as exc:
+            if exc.status == HTTP_TOO_LARGE and answer:
+                return await self._weigh_too_large(task, answer, exc)
             what = "unreachable" if exc.status is None else "failed"
             return Reward.failed(f"verification service {what}: {exc}")
         return _reward(data)
+
+    async def _post(self, task: CodeProblem, answer: str) -> Any:
+        row = {"verifier_metadata": task.metadata}
+        payload = {"task": row, "answer": answer, "config": self.config, "deadline_s": self.timeout_s}
+        return await self._client().request_json("POST", "/verify", payload)
+
+    async def _weigh_too_large(self, task: CodeProblem, answer: str, error: HTTPRequestError) -> Reward:
+        try:
+            await self._post(task, "")
+        except HTTPRequestError as control:
+            return Reward.failed(
+                f"verification service failed: {error}; the task alone failed too (control request: {control})"
+            )
+        return Reward.zero(
+            f"verifier limit: the answer ({len(answer):,} characters) is over the verification service's "
+            "request size limit"
+        )
 
     async def aclose(self) -> None:
         client = self._clients.pop(asyncio.get_running_loop(), None)

@@ -64,6 +64,11 @@ class CodeEnv(Env[CodeProblem]):
         )
         if verifier_url and ray_actors is not None:
             raise ValueError("pass verifier_url= (HTTP service) or ray_actors= (Ray actors), not both")
+        if ray_actors is not None and sandbox is not None and not isinstance(sandbox, str):
+            raise ValueError(
+                "ray_actors= builds each actor's sandbox from its name: pass sandbox='docker' (or another "
+                f"backend name), not a {type(sandbox).__name__} instance"
+            )
         # Run-wide resources, owned by this env (it serves every episode of a run) and closed by aclose.
         self.judge = Judge(sandbox, config)
         self.client: Any = None
@@ -71,7 +76,7 @@ class CodeEnv(Env[CodeProblem]):
             self.client = VerifierClient(verifier_url, timeout_s=verifier_timeout_s, config=config)
         elif ray_actors is not None:
             settings = {
-                "sandbox": sandbox if isinstance(sandbox, str) else None,
+                "sandbox": sandbox,
                 "time_limit_s": time_limit_s,
                 "memory_mb": memory_mb,
                 "total_time_s": total_time_s,

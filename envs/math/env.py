@@ -3,12 +3,15 @@
 Rows use the NeMo Gym ``math_with_judge`` layout: ``responses_create_params.input`` (the prompt),
 ``question`` and ``expected_answer``. Checks run in the env's own pool of worker processes
 (``cascade_envs.workers``; started on first use, stopped by ``aclose``), never on the event
-loop: each has a hard timeout, and a check that overruns or crashes gives a masked reward with the
-reason, not a 0 (sympy can stall on a perfectly reasonable gold answer, so a time-out is not taken
-as the answer's fault here).
+loop, each with a hard timeout and a memory cap. Whose fault a check that overruns or crashes is,
+is decided by a control: the gold answer checked against itself, under the same limits. When the
+control passes, the answer's check is what overran (a tower of exponents, a huge expression): a 0
+with a reason starting "verifier limit: ", so a model cannot buy a mask with an answer that stalls
+sympy. When the control fails too (sympy stalls on the gold answer, or the machine is overloaded),
+the sample is masked with both reasons. An answer over ``max_answer_chars`` scores 0 unchecked.
 
 Upstream falls back to an LLM judge when the symbolic check fails; this env is the symbolic
-check alone (a judge-backed variant can wrap it), so answers that only a judge accepts score 0.
+check alone, so answers that only a judge accepts score 0.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cascade_envs import Env, Prompt, Reward, Row, TaskError
+from cascade_envs.verifier_pool import LIMIT_PREFIX
 from cascade_envs.workers import CallFailed, CallTimeout, WorkerDied, WorkerPool
 
-from .verify import check, extract
+from .verify import check, extract, strip_delimiters
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MB = 4096
+MAX_ANSWER_CHARS = 100_000
+"""Final answers longer than this (about 25K tokens after the reasoning) score 0 unchecked."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,8 @@ class MathEnv(Env[MathTask]):
     """Math answers verified with math-verify (gold first), reward 1/0.
 
     ``timeout_s`` bounds each check; ``workers`` is the size of the env's verifier pool (default:
-    up to 4, one per CPU); ``memory_mb`` caps each worker's address space.
+    up to 4, one per CPU); ``memory_mb`` caps each worker's address space; ``max_answer_chars``
+    bounds the final answer that is checked at all.
     """
 
     default_tasks: ClassVar[str | None] = "bundled:math/samples.jsonl"
@@ -51,10 +58,12 @@ class MathEnv(Env[MathTask]):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         workers: int | None = None,
         memory_mb: int | None = DEFAULT_MEMORY_MB,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
         **kwargs: Any,
     ):
-        if timeout_s <= 0:
-            raise ValueError("timeout_s must be positive")
+        if timeout_s <= 0 or max_answer_chars < 1:
+            raise ValueError("timeout_s must be positive and max_answer_chars >= 1")
+        self.max_answer_chars = int(max_answer_chars)
         self.timeout_s = float(timeout_s)
         self.workers = int(workers or min(4, os.cpu_count() or 1))
         self.memory_mb = memory_mb
@@ -96,12 +105,16 @@ class MathEnv(Env[MathTask]):
 
     async def ascore(self, task: MathTask, answer: str) -> Reward:
         gold = task.expected_answer
+        if len(answer) > self.max_answer_chars:
+            return Reward.zero(
+                f"{LIMIT_PREFIX}the answer has {len(answer):,} characters, over max_answer_chars="
+                f"{self.max_answer_chars:,}",
+                expected_answer=gold,
+            )
         try:
             result = await self.pool.call(gold, answer)
-        except CallTimeout:
-            return Reward.failed(f"verification timed out after {self.timeout_s:g} s", expected_answer=gold)
-        except (WorkerDied, CallFailed) as exc:
-            return Reward.failed(f"math-verify failed: {exc}", expected_answer=gold)
+        except (CallTimeout, WorkerDied, CallFailed) as exc:
+            return await self._weigh_failed_check(gold, _failure(exc, self.timeout_s))
         info = {"expected_answer": gold, "extracted_answer": result["extracted"]}
         if not result["gold_parsed"]:
             return Reward.failed("math-verify could not parse expected_answer", **info)
@@ -110,3 +123,27 @@ class MathEnv(Env[MathTask]):
         if result["extracted"] is None:
             return Reward.zero("no answer could be extracted", **info)
         return Reward.zero("answer is not equivalent to expected_answer", **info)
+
+    async def _weigh_failed_check(self, gold: str, failure: str) -> Reward:
+        """The answer's fault (0) when the gold answer checks against itself under the same limits,
+        else the verifier's (masked, with both reasons)."""
+        try:
+            control = await self.pool.call(gold, "\\boxed{" + strip_delimiters(gold) + "}")
+        except (CallTimeout, WorkerDied, CallFailed) as exc:
+            control_failure = _failure(exc, self.timeout_s)
+            return Reward.failed(
+                f"{failure}; the gold answer checked against itself failed too ({control_failure})",
+                expected_answer=gold,
+            )
+        if not control["gold_parsed"]:
+            return Reward.failed("math-verify could not parse expected_answer", expected_answer=gold)
+        return Reward.zero(
+            f"{LIMIT_PREFIX}{failure} (the gold answer checks against itself within the limits)",
+            expected_answer=gold,
+        )
+
+
+def _failure(exc: Exception, timeout_s: float) -> str:
+    if isinstance(exc, CallTimeout):
+        return f"verification timed out after {timeout_s:g} s"
+    return f"math-verify failed: {exc}"

@@ -76,6 +76,13 @@ def test_choosing_both_transports_is_an_error():
         CodeEnv(tasks=[TASK], verifier_url="http://x", ray_actors=1)
 
 
+def test_a_sandbox_instance_with_ray_actors_is_refused_not_dropped():
+    from cascade_envs.sandbox import get_sandbox
+
+    with pytest.raises(ValueError, match="pass sandbox='docker'"):
+        CodeEnv(tasks=[TASK], ray_actors=1, sandbox=get_sandbox("unsafe-subprocess"))
+
+
 @pytest.mark.slow
 def test_closing_the_env_kills_its_actors(local_ray):
     env = CodeEnv(tasks=[TASK], ray_actors=1, time_limit_s=2)

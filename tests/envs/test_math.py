@@ -15,6 +15,7 @@ from cascade_envs import make
 from cascade_envs.env import run_sync
 from cascade_envs.envs.math.env import MathEnv
 from cascade_envs.envs.math.verify import strip_delimiters
+from cascade_envs.workers import CallTimeout, WorkerDied
 
 _ENV: list[MathEnv] = []
 
@@ -201,20 +202,54 @@ def test_megabyte_response_is_bounded():
     finally:
         env.close()
     assert time.perf_counter() - start < 15
-    assert reward.value == 1.0 or reward.masked
+    assert (reward.value, reward.masked) == (0.0, False)
+    assert reward.reason.startswith("verifier limit: the answer has 1,000,009 characters")
 
 
-def test_a_check_that_hangs_sympy_is_masked_within_the_timeout():
+def test_an_answer_that_hangs_sympy_scores_0_within_the_timeout():
+    """Attack: an answer built to stall the check (a tower of exponents) would buy a mask if a time-out
+    were the verifier's fault; the gold answer checks against itself in time, so it is the answer's 0."""
     env = MathEnv([], timeout_s=2, workers=1)
     try:
         assert score("\\boxed{2}", "2", env=env).value == 1.0  # warm: start-up is not part of a check
         start = time.perf_counter()
         reward = score("\\boxed{9^{9^{9^{9}}}}", "2", env=env)
         assert time.perf_counter() - start < 10
-        assert reward.masked and reward.error == "verification timed out after 2 s"
+        assert (reward.value, reward.masked) == (0.0, False)
+        assert reward.reason.startswith("verifier limit: verification timed out after 2 s")
         assert score("\\boxed{2}", "2", env=env).value == 1.0  # the pool recovered
     finally:
         env.close()
+
+
+def test_a_check_that_fails_for_the_gold_answer_too_masks(monkeypatch):
+    """When the gold answer cannot be checked either (sympy stalls on it, an overloaded machine), no
+    answer is at fault: masked, with both reasons; a check that crashes is weighed the same way."""
+    env = MathEnv([], timeout_s=1, workers=1)
+    calls = []
+
+    async def overloaded(gold, response):
+        calls.append(response)
+        raise CallTimeout("timed out")
+
+    monkeypatch.setattr(env.pool, "call", overloaded)
+    reward = score("\\boxed{3}", "2", env=env)
+    assert reward.masked and reward.error == (
+        "verification timed out after 1 s; the gold answer checked against itself failed too "
+        "(verification timed out after 1 s)"
+    )
+    assert calls == ["\\boxed{3}", "\\boxed{2}"]  # the answer, then the control
+
+    async def crashes_on_the_answer(gold, response):
+        if response == "\\boxed{3}":
+            raise WorkerDied("out of memory")
+        return {"gold_parsed": True, "correct": True, "extracted": "2"}
+
+    monkeypatch.setattr(env.pool, "call", crashes_on_the_answer)
+    reward = score("\\boxed{3}", "2", env=env)
+    assert (reward.value, reward.masked) == (0.0, False)
+    assert reward.reason.startswith("verifier limit: math-verify failed: out of memory")
+    env.close()
 
 
 @settings(max_examples=40, deadline=None)

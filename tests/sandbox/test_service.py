@@ -219,6 +219,30 @@ def test_body_limit_is_a_few_mb_with_413_past_it(server):
         assert post(small.url, "/verify", {"task": TASK, "answer": GOOD}).status_code == 200
 
 
+def test_an_answer_over_the_body_limit_is_its_own_0_and_a_task_over_it_masks():
+    """Attack: an answer padded past the service's body limit (413) must not buy a mask; the client
+    sends the task with an empty answer as a control, and only a task too large on its own masks."""
+    with Server(workers=1, max_body_mb=0.25) as small:
+        env = CodeEnv(tasks=[TASK], verifier_url=small.url, time_limit_s=2)
+        try:
+            padded = GOOD + "\n# " + "x" * (300 << 10)
+            reward = asyncio.run(env.areward(TASK, padded))
+            assert (reward.value, reward.masked) == (0.0, False)
+            assert (
+                reward.reason.startswith("verifier limit: the answer (")
+                and "request size limit" in reward.reason
+            )
+            assert asyncio.run(env.areward(TASK, GOOD)).value == 1.0  # the service still serves
+            huge_task = {
+                "prompt": "add",
+                "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n" * (80 << 10)], "outputs": ["3\n"]}},
+            }
+            reward = asyncio.run(env.areward(huge_task, GOOD))
+            assert reward.masked and "the task alone failed too" in reward.error
+        finally:
+            env.close()
+
+
 def test_idle_and_slow_connections_time_out():
     with Server(workers=1, idle_timeout_s=0.5, request_timeout_s=1.5) as s:
         host, port = s.url.removeprefix("http://").split(":")

@@ -149,8 +149,10 @@ def test_swerl_gen_repro_rollouts_extract_upstreams_test_and_mask_the_reward(
             line[1:] for line in test_patch.split("\n") if line.startswith("+") and not line.startswith("+++")
         ]
         assert reward.components["test_script"].split("\n") == added
+        # an answer without a test is masked too: a 0 there would let a model choose a mask over a 0
         no_test = run_sync(env.areward(row, "I would write a test that imports dask."))
-        assert (no_test.value, no_test.masked) == (0.0, False) and "no ```python test" in no_test.reason
+        assert no_test.masked and "container image" in no_test.error
+        assert no_test.components["test_script"] is None
 
 
 def test_a_judge_grades_public_eval_rows_too(shared_data: Path):
