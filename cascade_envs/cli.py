@@ -23,6 +23,24 @@ SANDBOX_SERVICE_MODULE = "cascade_envs.envs.code.service"
 """The code env's verification service, run by ``serve-sandbox`` (imported by name, when used)."""
 SWE_IMAGES_MODULE = "cascade_envs.envs.swe.images"
 """The SWE env's per-instance images, built by ``build-image swe`` (imported by name, when used)."""
+DOCS_PAGE = "docs/index.md"
+"""The documentation page ``cascade-envs --help`` ends with (a path in the repository: no site is hosted)."""
+COMMAND_DOCS = {
+    "list": "docs/envs/index.md",
+    "info": "docs/envs/index.md",
+    "eval": "docs/evaluate.md",
+    "train": "docs/training/index.md",
+    "serve": "docs/integrations/index.md",
+    "export": "docs/integrations/index.md",
+    "serve-sandbox": "docs/security.md",
+    "serve-judge": "docs/envs/judges.md",
+    "filter": "docs/training/filtering.md",
+    "rescore": "docs/evaluate.md",
+    "solve": "docs/tts.md",
+    "build-image": "docs/security.md#sandboxes-and-the-code-verifier",
+}
+"""The page each subcommand's ``--help`` ends with (``docs: PATH``); every subcommand needs one
+(``tests/test_docs.py`` checks that each page and anchor exists)."""
 
 
 def _parse_weights(text: str) -> dict[str, float]:
@@ -748,6 +766,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_build_image)
 
+    parser.epilog = f"docs: {DOCS_PAGE}"
+    for name, command in sub.choices.items():
+        command.epilog = f"docs: {COMMAND_DOCS[name]}"
     return parser
 
 

@@ -53,6 +53,7 @@ class ModelConfig(Section):
     """Autocast dtype of the training forward pass: ``auto`` (bfloat16 on GPU, off on CPU), ``bfloat16``,
     ``float16`` or ``no``."""
     device: str = "auto"
+    """A torch device (``cuda``, ``cuda:1``, ``cpu``); ``auto``: ``cuda`` when available, else ``cpu``."""
     gradient_checkpointing: Literal["auto"] | bool = "auto"
     """``auto``: on for GPU, off for CPU."""
     attn_implementation: AttnImplementation = "auto"
@@ -95,15 +96,22 @@ class MixConfig(Section):
 @dataclass
 class RolloutConfig(Section):
     engine: EngineName = "hf"
+    """The rollout engine: ``hf`` (transformers, generating with the training model itself), ``vllm``
+    (in-process, weights synced after each step) or ``ray`` (engine actors: ``trainer/ray_engine.py``)."""
     group_size: int = 8
+    """Rollouts per prompt (G): GRPO's group, whose rewards give each other's baseline."""
     prompts_per_step: int = 8
+    """Prompts (groups) each optimizer step trains on."""
     max_tokens: int = DEFAULT_MAX_TOKENS
     """Maximum response length; a response cut here scores 0 (overlong penalty)."""
     temperature: float = DEFAULT_TEMPERATURE
+    """Sampling temperature of the rollouts (0 samples greedily)."""
     top_p: float = DEFAULT_TOP_P
+    """Nucleus sampling: the smallest set of tokens whose probability reaches ``top_p``."""
     thinking: bool | None = None
     """Override every env's thinking mode (``None``: each env decides)."""
     concurrency: int = DEFAULT_CONCURRENCY
+    """Episodes played at once by the rollout runner (their generation requests batch in the engine)."""
     dynamic_filtering: bool = True
     """Drop groups whose rewards are all equal and draw fresh prompts instead (GRPO; ``mopd`` ignores
     it: distillation needs no reward spread, so no group is ever left out)."""
@@ -118,6 +126,9 @@ class RolloutConfig(Section):
     """Each round plays the missing groups divided by the keep rate seen so far (the share of groups
     not filtered out), at most this many times the missing groups; 1 plays exactly the shortfall."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Settings of the chosen engine: ``hf``: ``decoding`` (``auto``, ``shared``, ``static``, ``generate``),
+    ``max_batch_size``; ``vllm``: extra ``vllm.LLM`` arguments; ``ray``: ``backend``, ``num_engines``... (see the
+    scaling pages of the docs)."""
 
     def check(self) -> None:
         for key in ("group_size", "prompts_per_step", "max_tokens", "concurrency", "max_rounds"):
@@ -134,17 +145,25 @@ class RolloutConfig(Section):
 @dataclass
 class OptimConfig(Section):
     lr: float = 3e-6
+    """AdamW's learning rate (after warmup)."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW's two moment coefficients, each in [0, 1)."""
     eps: float = 1e-8
+    """AdamW's epsilon."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this global norm before each step."""
     warmup_steps: int = 0
+    """Steps of linear warmup from ``warmup_start_lr`` to ``lr`` (0: none)."""
     warmup_start_lr: float = 0.0
+    """The learning rate of the first warmup step."""
     micro_batch_size: BatchSize = "auto"
     """Sequences per padded forward/backward pass (``train.packing: false``) and per scoring pass of the
     reference model and teachers; gradients accumulate over the step's batch. ``auto``: 8 on CPU; on
     GPU as many as the pass budget (``train.pack_tokens``) holds."""
     kl_coef: float = 0.0
+    """Weight of the k3 KL to the frozen reference model (the start checkpoint; 0: no reference model)."""
 
     def check(self) -> None:
         if self.micro_batch_size != "auto":
@@ -172,16 +191,25 @@ class OptimConfig(Section):
 @dataclass
 class TrainConfig(Section):
     steps: int = 100
+    """Optimizer steps of the run (one rollout batch each)."""
     seed: int = 0
+    """Seeds every RNG of the run (each rank adds its rank): the task draw (unless ``mix.seed``) and the sampling."""
     output_dir: str = "runs/grpo"
+    """Where metrics, checkpoints, plots and held-out scores go (must be writable)."""
     save_every: int = 50
+    """A checkpoint every N steps (and always after the last)."""
     keep_checkpoints: int = 2
+    """Newest checkpoints kept in ``output_dir/checkpoints``; older ones are deleted."""
     resume: bool = True
     """Continue from the newest checkpoint in ``output_dir`` when there is one."""
     tensorboard: bool = True
+    """Also write the metrics as TensorBoard events (``output_dir/tensorboard``)."""
     progress: bool = True
+    """Show a progress bar with the step's fill ratio and reward."""
     plot: bool = True
+    """Write ``rewards.png`` (the reward per step, per env) at the end."""
     save_rollouts: bool = False
+    """Write every episode (messages, tokens, logprobs, reward) to ``output_dir/rollouts.jsonl``."""
     world_size: int = 1
     """Data-parallel ranks (``trainer/parallel``): above 1, ``cascade-envs train`` starts that many
     processes with torchrun and shards the model over them with FSDP2."""
@@ -229,6 +257,7 @@ class HeldoutConfig(Section):
     env: str | None = None
     """An env id (``null``: no held-out check)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
+    """The held-out env's constructor arguments, e.g. its own ``tasks`` file."""
 
     def check(self) -> None:
         if self.env is not None:
@@ -310,7 +339,9 @@ class Config:
     algorithm: str = "grpo"
     """The loss strategy (``trainer/strategies.py``): ``grpo``, ``mopd``, or one a plugin registered."""
     name: str = "grpo"
+    """The run's name, printed at the start."""
     description: str = ""
+    """A line describing the run (free text)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

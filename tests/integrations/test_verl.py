@@ -611,7 +611,9 @@ AGENT_LOOPS_YAML = """
 def test_a_non_thinking_env_gets_the_empty_think_block_after_every_generation_prompt(
     tok: Any, tmp_path: Any
 ) -> None:
-    path = tmp_path / "agent_loops.yaml"  # the README's agent_loop_config_path file, read as verl reads it
+    path = (
+        tmp_path / "agent_loops.yaml"
+    )  # docs/integrations/verl.md's agent_loop_config_path file, read as verl reads it
     path.write_text(AGENT_LOOPS_YAML)
     for entry in OmegaConf.load(path):
         _agent_loop_registry[entry.name] = entry
@@ -634,7 +636,7 @@ def test_compute_score_through_verls_reward_loop_naive_manager(tok: Any) -> None
         {
             "reward": {
                 "custom_reward_function": {
-                    "path": "pkg://cascade_envs.integrations.verl.scoring",  # as the README says
+                    "path": "pkg://cascade_envs.integrations.verl.scoring",  # as docs/integrations/verl.md says
                     "name": "compute_score",
                     "reward_kwargs": {},
                 }
