@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from cascade_envs.integrations.nemo_gym.launch import ServerProcess
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT_S = 300
 FLOAT = r"(?:\d+\.\d+|nan)"
@@ -84,42 +86,34 @@ def test_train_on_a_mix(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def chat_server(tmp_path: Path) -> Iterator[str]:
-    """``cascade-envs serve-judge``: the embedded SmolLM2 over chat completions on a free loopback port."""
+def chat_server() -> Iterator[str]:
+    """``cascade-envs serve-judge``: the embedded SmolLM2 over chat completions on a free loopback port
+    (started, awaited and stopped by the adapter's ``ServerProcess``; the server binds once the model is loaded)."""
     needs_embedded_model()
-    log = (tmp_path / "serve-judge.log").open("w+")
-    command = [sys.executable, "-m", "cascade_envs", "serve-judge", "--port", "0", "--device", "cpu"]
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=offline_env())
+    command = [sys.executable, "-m", "cascade_envs", "serve-judge", "--port", "{port}", "--device", "cpu"]
+    server = ServerProcess(command, env=offline_env(), start_timeout_s=120)
     try:
-        deadline = time.monotonic() + 120
-        url = None
-        while url is None and time.monotonic() < deadline and proc.poll() is None:
-            log.seek(0)
-            found = re.search(r"^cascade-envs judge \S+ on (http://\S+/v1)", log.read(), re.M)
-            url = found.group(1) if found else time.sleep(0.5)
-        log.seek(0)
-        assert url is not None, f"serve-judge did not start:\n{log.read()}"
-        yield url
+        yield server.url + "/v1"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        server.stop()
 
 
-def test_eval_openai_server(chat_server: str, tmp_path: Path) -> None:
-    args = ["--url", chat_server, "--num-tasks", "4", "--group-size", "2", "--max-tokens", "32"]
-    out = run_example("eval_openai_server.py", *args, cwd=tmp_path)
+def run_eval_example(url: str, cwd: Path, *extra: str) -> None:
+    """``examples/eval_openai_server.py`` against the server at ``url`` (4 tasks x 2 samples): every
+    episode reported and scored, none masked. Also run against real vLLM by tests/trainer/test_vllm_server.py."""
+    args = ["--url", url, *extra, "--num-tasks", "4", "--group-size", "2", "--max-tokens", "32"]
+    out = run_example("eval_openai_server.py", *args, cwd=cwd)
     rows = re.findall(rf"^(cascade/\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+({FLOAT})$", out, re.M)
     assert rows, out
     assert {r[0] for r in rows} <= {"cascade/InstructionFollowing-v0", "cascade/MCQA-v0"}
-    assert sum(int(r[1]) for r in rows) == 8  # 4 tasks x 2 samples, every one reported
-    assert [r for r in rows if r[3] != "0"] == []  # none masked: the server answered every request
+    assert sum(int(r[1]) for r in rows) == 8, out  # 4 tasks x 2 samples, every one reported
+    assert [r for r in rows if r[3] != "0"] == [], out  # none masked: the server answered every request
     assert all(0.0 <= float(r[4]) <= 1.0 for r in rows)
-    assert len((tmp_path / "runs/eval_openai_server.jsonl").read_text().splitlines()) == 8
+    assert len((cwd / "runs/eval_openai_server.jsonl").read_text().splitlines()) == 8
+
+
+def test_eval_openai_server(chat_server: str, tmp_path: Path) -> None:
+    run_eval_example(chat_server, tmp_path)
 
 
 def test_trl_grpo(tmp_path: Path) -> None:

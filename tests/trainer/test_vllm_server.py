@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -159,11 +158,6 @@ def test_a_training_step_scores_its_groups_with_the_server_as_judge(server, tmp_
 def test_the_eval_example_against_the_server(server, tmp_path):
     """``examples/eval_openai_server.py`` (docs/examples.md) against vLLM, run as a user runs it: its
     default mix (examples/mix.yaml), unseeded requests at its default concurrency; every episode scored."""
-    script = Path(__file__).resolve().parents[2] / "examples" / "eval_openai_server.py"
-    argv = [sys.executable, str(script), "--url", server, "--model", MODEL]
-    argv += ["--num-tasks", "4", "--group-size", "2", "--max-tokens", "32"]
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
-    rows = re.findall(r"^(cascade/\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d\.\d{3})$", done.stdout, re.M)
-    assert sum(int(r[1]) for r in rows) == 8, done.stdout  # 4 tasks x 2 samples
-    assert [r for r in rows if r[3] != "0"] == [], done.stdout  # none masked
+    from tests.examples.test_examples import run_eval_example
+
+    run_eval_example(server, tmp_path, "--model", MODEL)
