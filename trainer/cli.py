@@ -60,9 +60,10 @@ def train_main(
     config = load_config(path, overrides)
     source = str(path) if path else "the embedded default config"
     if "RANK" in os.environ:  # a rank that torchrun (started by launch) or a Ray worker runs
-        from .parallel.launch import run_rank
+        from .parallel.launch import exit_torchrun_worker, run_rank
 
         run_rank(config, source)
+        exit_torchrun_worker(0)
         return 0
     if nproc is not None or config.train.world_size > 1:
         if config.train.launcher == "ray":

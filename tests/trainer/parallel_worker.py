@@ -69,6 +69,7 @@ def run_steps(spec_path: str, out: str) -> int:
     from cascade_envs.trainer.checks import config_from_dict
     from cascade_envs.trainer.config import ConfigError
     from cascade_envs.trainer.parallel.fsdp import full_state_dict
+    from cascade_envs.trainer.parallel.launch import exit_torchrun_worker
     from cascade_envs.trainer.parallel.ranks import RankEnv, RankError, Ranks, init_process_group
     from cascade_envs.trainer.parallel.trainer import ShardedTrainer
 
@@ -108,6 +109,7 @@ def run_steps(spec_path: str, out: str) -> int:
     if ranks.is_main:
         torch.save(results, out)
     torch.distributed.destroy_process_group()
+    exit_torchrun_worker(0)
     return 0
 
 

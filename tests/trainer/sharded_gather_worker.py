@@ -16,6 +16,7 @@ def main(out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
+    from cascade_envs.trainer.parallel.launch import exit_torchrun_worker
     from cascade_envs.trainer.weight_sync import gathered_buckets, trainer_rank
     from tests.trainer.toys import tiny_model
 
@@ -34,6 +35,7 @@ def main(out: str) -> None:
     else:
         torch.save({"kept": len(kept)}, out + ".rank1")
     dist.destroy_process_group()
+    exit_torchrun_worker(0)  # the mesh outlives the group: gloo's threads must not meet finalization
 
 
 if __name__ == "__main__":

@@ -320,3 +320,39 @@ def test_nproc_sets_the_world_size_and_starts_torchrun(model_dir, tmp_path, monk
         "--set",
         f"train.world_size={nproc}",
     ]
+
+
+EXIT_SCRIPT = """
+import atexit, os, sys
+from cascade_envs.trainer.parallel.launch import exit_torchrun_worker
+
+class Finalized:
+    def __del__(self, write=os.write):
+        write(2, b"finalized")
+
+keep = Finalized()  # destroyed while the interpreter finalizes, if it does
+atexit.register(lambda: open(sys.argv[1] + "/atexit", "w").close())
+print("unflushed", end="")
+exit_torchrun_worker(3)
+sys.exit(5)
+"""
+
+
+@pytest.mark.parametrize("torchrun", [True, False])
+def test_a_torchrun_worker_leaves_without_finalizing_the_interpreter(tmp_path, torchrun):
+    """A torchrun rank that trained to the end exits before interpreter finalization (where gloo's
+    threads, kept alive by DTensor's caches, can abort it), after its atexit handlers and a flush of
+    stdio; any other process (a Ray rank's actor) is left to exit normally."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
+    if torchrun:
+        env["TORCHELASTIC_RUN_ID"] = "test"
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout == "unflushed" and (tmp_path / "atexit").exists()
+    assert done.returncode == (3 if torchrun else 5)
+    assert (done.stderr == "finalized") is not torchrun

@@ -6,11 +6,13 @@ a Ray trainer worker calls it after setting ``RANK``, ``WORLD_SIZE``, ``LOCAL_RA
 and ``MASTER_PORT`` (one worker per rank, in a placement group).
 
 torchrun runs with ``--max-restarts 0``: when a rank dies, torchrun stops the others and ``launch``
-prints one line naming the last good checkpoint (rerunning the same command resumes from it).
+prints one line naming the last good checkpoint (rerunning the same command resumes from it). A
+torchrun worker that trained to the end leaves through ``exit_torchrun_worker``.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -62,6 +64,24 @@ def run_rank(config: Config, source: str = "a config") -> list[dict[str, Any]]:
         raise RankError(f"{exc}; {_last_good(config)}") from exc
     finally:
         dist.destroy_process_group()
+
+
+def exit_torchrun_worker(code: int) -> None:
+    """End this torchrun worker's process with ``code`` now, skipping interpreter finalization; returns
+    at once in any other process (a Ray rank's actor, a plain run).
+
+    The process group outlives ``destroy_process_group``: FSDP2's device mesh stays referenced from
+    DTensor's caches, so gloo's threads are only torn down while the interpreter finalizes, and one that
+    still releases a tensor then needs the GIL and aborts the process (SIGABRT, "terminate called
+    without an active exception") after a run that succeeded. The ``atexit`` handlers run first (logging
+    flushed, Ray disconnected) and stdio is flushed; the trainer has closed every file it wrote.
+    """
+    if "TORCHELASTIC_RUN_ID" not in os.environ:  # torchrun sets it for its workers
+        return
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _last_good(config: Config) -> str:
