@@ -187,7 +187,7 @@ class LongContextQAEnv(JudgedEnv[LongContextTask]):
                 right = await self.ajudge(messages, partial(self.template.parse, quote=quote), quote)
             except JudgeError as exc:
                 return await self.ablame(
-                    exc, (question, reference), partial(self._control, task), "judge failed: ", **info
+                    exc, (question, reference), partial(self._control, task), "judge: ", **info
                 )
             info["verdicts"].append(right_word if right else wrong_word)
             if not right:

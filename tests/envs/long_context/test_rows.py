@@ -255,7 +255,11 @@ def test_replies_score_as_upstream_when_the_judge_answers_the_control(
     upstream = (upstream_aalcr if template == "correctness" else upstream_equivalence)(reply)
     assert (reward.value, reward.masked) == (upstream, False)
     if "unparseable judge reply" in (reward.reason or ""):
-        assert "control request" in reward.reason and reward.components["judge_fault"] == "answer"
+        assert (
+            "control request" in reward.reason
+            and "judge failed" not in reward.reason
+            and reward.components["judge_fault"] == "answer"
+        )
         assert len(server.requests) == 2
     else:
         assert len(server.requests) == 1  # a verdict needs no control
