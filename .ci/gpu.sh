@@ -8,7 +8,7 @@
 # What the machine lacks travels in .whl/ (git-ignored; fill it here with `bash .ci/gpu_wheels.sh`,
 # which needs PyPI): the wheels go into a temporary --target folder on PYTHONPATH, and SmolLM2's
 # tokenizer is read from .whl/smollm2-tokenizer. This project is imported from the working tree (its
-# import layout built with symlinks, as .ci/typecheck does), so the check runs the code that travelled.
+# import layout built with symlinks by .ci/import_layout.sh), so the check runs the code that travelled.
 # Without nvidia-smi it refuses with one line (exit 2).
 #
 #   bash .ci/gpu.sh [--cpu-smoke] [extra bench/gpu_check.py args]
@@ -42,8 +42,7 @@ if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
 else
     log "no .whl/*.whl (run bash .ci/gpu_wheels.sh where PyPI is reachable): TRL's side will fail"
 fi
-cp -as "$ROOT/cascade_envs" "$SITE/cascade_envs"
-for folder in envs plugins trainer; do ln -s "$ROOT/$folder" "$SITE/cascade_envs/$folder"; done
+bash "$ROOT/.ci/import_layout.sh" "$SITE"
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
 start=$SECONDS
