@@ -12,27 +12,20 @@ never sees half a tree.
 
 from __future__ import annotations
 
-import ast
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from mkdocs.plugins import event_priority
 
+sys.path.insert(0, str(Path(__file__).parent))  # mkdocs loads hooks by path: .ci is no package
+from package_dirs import package_dirs
+
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "build" / "docs-src"
-
-
-def package_dirs(setup_py: Path) -> dict[str, str]:
-    """setup.py's ``PACKAGE_DIRS`` (``{"cascade_envs.envs": "envs", ...}``), read without running it."""
-    for node in ast.parse(setup_py.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "PACKAGE_DIRS" for t in node.targets
-        ):
-            return dict(ast.literal_eval(node.value))
-    raise RuntimeError(f"{setup_py} has no PACKAGE_DIRS mapping")
 
 
 def lay_out(root: Path, output: Path) -> None:

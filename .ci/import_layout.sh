@@ -3,7 +3,7 @@
 # checkout: setup.py's PACKAGE_DIRS maps the top-level folders envs/, plugins/ and trainer/ onto
 # cascade_envs.envs/.plugins/.trainer, so the source tree does not have the package's shape. cascade_envs/
 # is copied as symlinks (`cp -as`) and each mapped folder linked in; PACKAGE_DIRS is read from setup.py
-# (statically) so a new mapping needs no edit here. Used by .ci/typecheck and .ci/gpu.sh; the docs hook
+# (statically, .ci/package_dirs.py) so a new mapping needs no edit here. Used by .ci/typecheck and .ci/gpu.sh; the docs hook
 # (.ci/docs_hooks.py) copies files instead, as griffe resolves symlinks back to the source tree.
 #
 #   bash .ci/import_layout.sh DEST
@@ -14,16 +14,4 @@ DEST="${1:?usage: bash .ci/import_layout.sh DEST}"
 PY="$(command -v python3 || command -v python)"
 
 cp -as "$ROOT/cascade_envs" "$DEST/cascade_envs"
-"$PY" - "$ROOT/setup.py" <<'PYTHON' | while read -r package folder; do ln -s "$ROOT/$folder" "$DEST/${package//.//}"; done
-import ast
-import sys
-
-for node in ast.parse(open(sys.argv[1], encoding="utf-8").read()).body:
-    if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PACKAGE_DIRS" for t in node.targets):
-        for package, folder in ast.literal_eval(node.value).items():
-            if package != "cascade_envs":
-                print(package, folder)
-        break
-else:
-    sys.exit(f"{sys.argv[1]} has no PACKAGE_DIRS mapping")
-PYTHON
+"$PY" "$ROOT/.ci/package_dirs.py" | while read -r package folder; do ln -s "$ROOT/$folder" "$DEST/${package//.//}"; done
