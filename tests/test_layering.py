@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "cascade_envs"
-SKIP = {"cascade_envs.__main__"}
+SKIP = {"cascade_envs.__main__", "cascade_envs.cli.__main__"}
 """Modules that run a program when imported."""
 KNOWN_CYCLES: set[frozenset[str]] = set()
 """Module pairs whose mutual import is allowed for now: none."""

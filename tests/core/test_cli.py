@@ -175,9 +175,9 @@ def test_eval_defaults_come_from_one_place():
 def test_serve_sandbox_finds_the_code_env_service(monkeypatch):
     import importlib
 
-    from cascade_envs import cli
+    from cascade_envs.cli import serve
 
-    service = importlib.import_module(cli.SANDBOX_SERVICE_MODULE)
+    service = importlib.import_module(serve.SANDBOX_SERVICE_MODULE)
     seen = {}
     monkeypatch.setattr(service, "serve_sandbox", lambda **kw: seen.update(kw))
     assert (

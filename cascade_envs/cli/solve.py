@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..core import CascadeError, json_object
+from .options import add_rollout_options, make_policy, seed_or_none
 
 
-def add_parser(
-    sub: Any,
-    add_rollout_options: Callable[[argparse.ArgumentParser], None],
-    seed: Callable[[str], int | None],
-    make_policy: Callable[[argparse.Namespace], Any],
-) -> None:
-    """The ``solve`` subcommand, with ``eval``'s policy, judge, sampling and timeout options (and
-    its ``--seed`` type and policy maker, handed in by ``cascade_envs.cli``)."""
+def add_parsers(sub: Any) -> None:
+    """The ``solve`` subcommand, with ``eval``'s policy, judge, sampling and timeout options."""
     p = sub.add_parser(
         "solve", help="test-time scaling over an env: best-of-N with a selector, verify-and-refine, ..."
     )
@@ -53,7 +46,9 @@ def add_parser(
         "--submissions", type=int, default=50, metavar="S", help="submit: submissions per task (default 50)"
     )
     p.add_argument("--limit", type=int, metavar="L", help="at most this many tasks")
-    p.add_argument("--seed", type=seed, default=0, metavar="N|none", help="request seed base (default 0)")
+    p.add_argument(
+        "--seed", type=seed_or_none, default=0, metavar="N|none", help="request seed base (default 0)"
+    )
     p.add_argument("--max-generations", type=int, metavar="G", help="model calls the whole run may make")
     p.add_argument("--max-seconds", type=float, metavar="S", help="wall-clock seconds the run may take")
     add_rollout_options(p)
@@ -63,16 +58,16 @@ def add_parser(
     p.add_argument(
         "--force", action="store_true", help="start over in a results file made with other arguments"
     )
-    p.set_defaults(fn=functools.partial(cmd_solve, make_policy=make_policy))
+    p.set_defaults(fn=cmd_solve)
 
 
-def cmd_solve(args: argparse.Namespace, make_policy: Callable[[argparse.Namespace], Any]) -> int:
+def cmd_solve(args: argparse.Namespace) -> int:
     from ..env import run_sync
     from ..judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable, make_judge
     from ..policy import SamplingParams
     from ..registry import make
-    from .base import Budget, SolveContext
-    from .run import SolveJob
+    from ..tts.base import Budget, SolveContext
+    from ..tts.run import SolveJob
 
     if args.max_generations is not None and args.max_generations <= 0:
         raise CascadeError(
