@@ -41,7 +41,9 @@ COMMAND_DOCS = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``cascade-envs`` parser: every subcommand, each ending its help with its docs page."""
-    parser = argparse.ArgumentParser(prog="cascade-envs", description=__doc__.splitlines()[0].replace("``", ""))
+    parser = argparse.ArgumentParser(
+        prog="cascade-envs", description=__doc__.splitlines()[0].replace("``", "")
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
