@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ..core import CascadeError
-from .options import add_rollout_options, make_policy, parse_weights, seed_or_none
+from .options import add_rollout_options, judge_url_option, make_policy, parse_weights, seed_or_none
 
 
 def add_parsers(sub: Any) -> None:
-    """Add ``eval``, with the rollout options it shares with ``filter`` and ``solve``."""
+    """Add ``eval``."""
     p = sub.add_parser("eval", help="play environments with a policy and print per-env rewards")
     p.add_argument(
         "--env", action="append", metavar="ID", help="env id (repeatable); default: every CPU domain"
@@ -50,7 +49,6 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ..envs import DEFAULT_EVAL_ENVS
-    from ..judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable
     from ..mix import EnvMix, load_mix_file, parse_mix
     from ..rollout import RolloutRunner, SamplingParams
     from ..rollout.metrics import MixMetrics
@@ -67,12 +65,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if len(weights) != 1:
             raise CascadeError("--tasks needs exactly one --env")
         env_kwargs.setdefault(next(iter(weights)), {})["tasks"] = args.tasks
-    if args.judge_url:
-        os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
-    try:
+    with judge_url_option(args):
         mix = EnvMix(weights, seed=args.seed or 0, env_kwargs=env_kwargs)
-    except JudgeUnavailable as exc:
-        raise JudgeUnavailable(exc.owner, f"add --judge-url {SERVE_JUDGE_URL}") from None
     if args.ray:
         from ..distributed import attach_ray
 

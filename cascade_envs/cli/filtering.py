@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from ..core import json_object
-from .options import add_rollout_options, make_policy
+from .options import add_rollout_options, judge_url_option, make_policy
 
 
 def add_parsers(sub: Any) -> None:
@@ -53,12 +52,9 @@ def add_parsers(sub: Any) -> None:
 def cmd_filter(args: argparse.Namespace) -> int:
     from ..env import run_sync
     from ..filtering import FilterJob, FilterSettings, format_histogram
-    from ..judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable
     from ..policy import SamplingParams
 
     env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
-    if args.judge_url:
-        os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
     settings = FilterSettings(args.k, args.keep_unsolved, args.solved_threshold, args.seed)
     policy_id = (
         args.policy
@@ -88,10 +84,8 @@ def cmd_filter(args: argparse.Namespace) -> int:
             if policy is not None:
                 await policy.aclose()
 
-    try:
+    with judge_url_option(args):  # the env is made in job.arun
         summary = run_sync(run())
-    except JudgeUnavailable as exc:
-        raise JudgeUnavailable(exc.owner, f"add --judge-url {SERVE_JUDGE_URL}") from None
     print(format_histogram(summary.histogram))
     print(json.dumps(summary.to_dict(), indent=2))
     if not summary.complete:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from ..core import CascadeError
@@ -38,6 +41,21 @@ def make_policy(args: argparse.Namespace) -> Any:
     if args.policy.startswith("http"):
         return rollout.make_policy(args.policy, model=args.model, timeout_s=args.request_timeout)
     return rollout.make_policy(args.policy)
+
+
+@contextlib.contextmanager
+def judge_url_option(args: argparse.Namespace) -> Iterator[None]:
+    """Apply ``--judge-url`` (of ``add_rollout_options``) to the envs made inside: every judged env
+    given no ``judge_url`` reads it from ``$CASCADE_ENVS_JUDGE_URL``, and one left without a judge
+    says to add ``--judge-url``."""
+    from ..judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable
+
+    if args.judge_url:
+        os.environ[JUDGE_URL_ENV] = args.judge_url
+    try:
+        yield
+    except JudgeUnavailable as exc:
+        raise JudgeUnavailable(exc.owner, f"add --judge-url {SERVE_JUDGE_URL}") from None
 
 
 def add_access_options(p: argparse.ArgumentParser, port: int, what: str) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ..core import CascadeError, json_object
-from .options import add_rollout_options, make_policy, seed_or_none
+from .options import add_rollout_options, judge_url_option, make_policy, seed_or_none
 
 
 def add_parsers(sub: Any) -> None:
@@ -63,7 +62,7 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     from ..env import run_sync
-    from ..judges import JUDGE_URL_ENV, SERVE_JUDGE_URL, JudgeUnavailable, make_judge
+    from ..judges import SERVE_JUDGE_URL, make_judge
     from ..policy import SamplingParams
     from ..registry import make
     from ..tts.base import Budget, SolveContext
@@ -85,15 +84,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.submissions < 0:
         raise CascadeError(f"--submissions must be at least 0, got {args.submissions}")
     env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
-    if args.judge_url:
-        os.environ[JUDGE_URL_ENV] = args.judge_url  # read by every judged env given no judge_url
     needs_judge = (args.selector == "judge" and args.strategy == "best_of_n") or args.verifier == "judge"
     if args.verifier == "judge" and not args.judge_url:
         raise CascadeError(f"--verifier judge needs --judge-url (e.g. {SERVE_JUDGE_URL})")
-    try:
+    with judge_url_option(args):
         env = make(args.env, **env_kwargs, **({"tasks": args.tasks} if args.tasks else {}))
-    except JudgeUnavailable as exc:
-        raise JudgeUnavailable(exc.owner, f"add --judge-url {SERVE_JUDGE_URL}") from None
     tasks = list(env.tasks or [])[: args.limit]
     sampling = SamplingParams(args.max_tokens, args.temperature, args.top_p, seed=args.seed)
     config = {

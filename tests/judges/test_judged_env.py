@@ -320,12 +320,22 @@ def _tasks(tmp_path) -> str:
     return str(path)
 
 
-def test_eval_without_a_judge_says_how_to_start_one(verdict_env_id, chat_server, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "--env", "{env}", "-o", "{tmp}/out.jsonl"],
+        ["filter", "--env", "{env}", "-o", "{tmp}/filtered"],
+        ["solve", "--env", "{env}", "--strategy", "best_of_n", "-o", "{tmp}/solved.jsonl"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_a_command_without_a_judge_says_how_to_start_one(
+    command, verdict_env_id, chat_server, tmp_path, capsys
+):
+    argv = [part.format(env=verdict_env_id, tmp=tmp_path) for part in command]
     code = main(
         [
-            "eval",
-            "--env",
-            verdict_env_id,
+            *argv,
             "--tasks",
             _tasks(tmp_path),
             "--policy",
@@ -333,8 +343,6 @@ def test_eval_without_a_judge_says_how_to_start_one(verdict_env_id, chat_server,
             "--model",
             "echo-answer",
             "--no-progress",
-            "-o",
-            str(tmp_path / "out.jsonl"),
         ]
     )
     err = capsys.readouterr().err
