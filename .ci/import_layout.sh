@@ -3,8 +3,9 @@
 # checkout: setup.py's PACKAGE_DIRS maps the top-level folders envs/, plugins/ and trainer/ onto
 # cascade_envs.envs/.plugins/.trainer, so the source tree does not have the package's shape. cascade_envs/
 # is copied as symlinks (`cp -as`) and each mapped folder linked in; PACKAGE_DIRS is read from setup.py
-# (statically, .ci/package_dirs.py) so a new mapping needs no edit here. Used by .ci/typecheck and .ci/gpu.sh; the docs hook
-# (.ci/docs_hooks.py) copies files instead, as griffe resolves symlinks back to the source tree.
+# (statically, .ci/package_dirs.py) so a new mapping needs no edit here. Used by .ci/typecheck and
+# .ci/gpu.sh; the docs hook (.ci/docs_hooks.py) copies files instead, as griffe resolves symlinks back
+# to the source tree.
 #
 #   bash .ci/import_layout.sh DEST
 set -euo pipefail

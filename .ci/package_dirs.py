@@ -8,7 +8,6 @@ the root package left out).
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
 SETUP_PY = Path(__file__).resolve().parents[1] / "setup.py"
@@ -28,4 +27,3 @@ if __name__ == "__main__":
     for package, folder in package_dirs().items():
         if "." in package:
             print(package, folder)
-    sys.exit(0)

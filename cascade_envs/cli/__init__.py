@@ -1,9 +1,8 @@
 """The ``cascade-envs`` command: evaluate, train on, serve, filter and rescore RL environments.
 
-Its subcommands: list, info, eval, train, serve, export, serve-sandbox, serve-judge, filter, rescore,
-solve, build-image. Each module of this package adds its subcommands with ``add_parsers(sub)`` and runs them with a
-``cmd_*`` function. Every failure the user can fix is one line on stderr and a non-zero exit code;
-set ``CASCADE_ENVS_DEBUG=1`` for a traceback.
+Each module of ``COMMAND_MODULES`` adds its subcommands with ``add_parsers(sub)`` and runs them
+with a ``cmd_*`` function. Every failure the user can fix is one line on stderr and a non-zero exit
+code; set ``CASCADE_ENVS_DEBUG=1`` for a traceback.
 """
 
 from __future__ import annotations
