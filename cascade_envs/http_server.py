@@ -22,7 +22,8 @@ requests. The layer itself answers:
 After an answer sent before the whole request arrived (413, 408) the server stops writing, reads and
 drops what the client still sends for up to ``LINGER_S`` and then closes, so the client reads the
 answer rather than a connection reset. A handler with ``websocket_route(path)`` also serves
-WebSockets (``cascade_envs.websocket``). Used by ``cascade-envs serve-sandbox`` and ``serve-judge``.
+WebSockets (``cascade_envs.websocket``). Used by ``cascade-envs serve``, ``serve-sandbox`` and
+``serve-judge``, which run under ``run_until_stopped`` (SIGINT or SIGTERM ends them cleanly).
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ import hmac
 import json
 import logging
 import math
+import signal
+import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -147,6 +151,43 @@ async def serve(
     return await asyncio.start_server(
         lambda r, w: _serve_connection(handler, r, w, limits, token), host, port, limit=READ_BUFFER
     )
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""What ends a server cleanly: Ctrl-C, and what ``docker stop``, Kubernetes and systemd send."""
+
+
+def run_until_stopped(main: Callable[[], Awaitable[None]], name: str) -> None:
+    """Run a server's ``main()`` until SIGINT or SIGTERM, then return.
+
+    Either signal cancels ``main``, so its ``finally`` blocks (closing sessions, sandboxes, models)
+    run before the process exits 0; without this SIGTERM would kill it mid-request. A second signal
+    cancels that cleanup. Signals are caught only when called from the main thread.
+    """
+
+    async def guarded() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        received: list[str] = []
+
+        def stop(sig: signal.Signals) -> None:
+            received.append(sig.name)
+            task.cancel()
+
+        if threading.current_thread() is threading.main_thread():
+            loop = asyncio.get_running_loop()
+            for sig in STOP_SIGNALS:
+                loop.add_signal_handler(sig, stop, sig)
+        try:
+            await main()
+        except asyncio.CancelledError:
+            if not received:
+                raise
+        if received:
+            print(f"{name}: stopped ({received[0]})", file=sys.stderr, flush=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(guarded())
 
 
 def _headers(request: h11.Request) -> dict[str, str]:

@@ -15,7 +15,6 @@ runs end to end (prompt, parse, aggregate, mask) on a laptop with no external se
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import CascadeError, Completion, Message
-from ..http_server import IDLE_TIMEOUT_S, MAX_BODY_MB, REQUEST_TIMEOUT_S, Limits, serve
+from ..http_server import IDLE_TIMEOUT_S, MAX_BODY_MB, REQUEST_TIMEOUT_S, Limits, run_until_stopped, serve
 from ..policy import ContextOverflowError, Policy, PolicyError, SamplingParams
 from ..reasoning import split_reasoning
 from ..serving.auth import check_access
@@ -280,5 +279,4 @@ def serve_judge(
         finally:
             await policy.aclose()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    run_until_stopped(main, "cascade-envs judge")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..env import Env
-from ..http_server import Limits, serve
+from ..http_server import Limits, run_until_stopped, serve
 from .auth import check_access
 from .protocols import ServeContext, protocol_factory
 from .sessions import MAX_SESSIONS, REQUEST_DEADLINE_S, SESSION_TTL_S, SessionStore
@@ -95,8 +95,7 @@ def serve_env(protocol: str, env_id: str, host: str = "127.0.0.1", port: int = 8
         finally:
             await served.aclose()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    run_until_stopped(main, f"cascade-envs {protocol} server")
 
 
 class BackgroundServer:

@@ -22,7 +22,6 @@ It lives beside the code env it serves: the kernel's sandbox layer imports no en
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -34,7 +33,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ...core import Reward, TaskError
-from ...http_server import IDLE_TIMEOUT_S, MAX_BODY_MB, REQUEST_TIMEOUT_S, Limits, serve
+from ...http_server import IDLE_TIMEOUT_S, MAX_BODY_MB, REQUEST_TIMEOUT_S, Limits, run_until_stopped, serve
 from ...sandbox import get_sandbox
 from ...sandbox.results import File, SandboxError, normalise_files
 from .extract import as_answer, last_code_block
@@ -429,8 +428,7 @@ def serve_sandbox(
         async with server:
             await server.serve_forever()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    run_until_stopped(main, "cascade-envs sandbox service")
 
 
 def main(argv: list[str] | None = None) -> int:
