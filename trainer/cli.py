@@ -35,8 +35,24 @@ def train_main(
     started (``RANK`` set) runs as its rank, at any world size.
 
     Errors the user can fix are raised as ``CascadeError`` (the CLI prints them on one line); every
-    setting is checked (``ConfigError`` naming the key) before the model is loaded.
+    setting is checked (``ConfigError`` naming the key) before the model is loaded. A run stopped by
+    SIGTERM after its checkpoint (``stopping.py``) says so and returns ``STOPPED_EXIT_CODE``.
     """
+    from .stopping import STOPPED_EXIT_CODE, TrainingStopped
+
+    try:
+        return _train(config_path, overrides, from_stage, nproc)
+    except TrainingStopped as stopped:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"cascade-envs train: {stopped}", file=sys.stderr)
+        if "RANK" in os.environ:  # a rank: its launcher reports the stop (torchrun sees a clean exit)
+            from .parallel.launch import exit_torchrun_worker
+
+            exit_torchrun_worker(0)
+        return STOPPED_EXIT_CODE
+
+
+def _train(config_path: str | None, overrides: list[str], from_stage: str | None, nproc: int | None) -> int:
     _setup()
     from .cascade import find_config, is_pipeline_file
     from .cascade_run import run_pipeline

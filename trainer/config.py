@@ -197,7 +197,7 @@ class TrainConfig(Section):
     output_dir: str = "runs/grpo"
     """Where metrics, checkpoints, plots and held-out scores go (must be writable)."""
     save_every: int = 50
-    """A checkpoint every N steps (and always after the last)."""
+    """A checkpoint every N steps (and always after the last, and after the step a SIGTERM stops)."""
     keep_checkpoints: int = 2
     """Newest checkpoints kept in ``output_dir/checkpoints``; older ones are deleted."""
     resume: bool = True

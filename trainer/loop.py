@@ -39,6 +39,7 @@ from .precision import autocast, compute_dtype, use_float32_head
 from .resume import Checkpointing, TrainingError, load_weights
 from .sequence import TokenScores, TrainSequence
 from .sources import HFScorer, InferenceLogprobs, LogprobSource
+from .stopping import TrainingStopped, sigterm_requests_stop, stop_requested
 from .strategies import LossInputs, SourceTensors, make_strategy
 from .teachers import load_teachers
 
@@ -259,21 +260,32 @@ class Trainer(Checkpointing):
             self._score_heldout("base")
         bar = tqdm(total=t.steps, initial=self.step, disable=not t.progress, unit="step", dynamic_ncols=True)
         try:
-            while self.step < t.steps:
-                metrics = self.train_step()
-                bar.update(1)
-                bar.set_postfix(
-                    reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                    fill=f"{metrics['batch/fill_ratio']:.2f}",
-                    refresh=False,
-                )
-                if self.step % t.save_every == 0 or self.step == t.steps:
-                    self.save()
+            with sigterm_requests_stop():
+                while self.step < t.steps:
+                    metrics = self.train_step()
+                    bar.update(1)
+                    bar.set_postfix(
+                        reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
+                        fill=f"{metrics['batch/fill_ratio']:.2f}",
+                        refresh=False,
+                    )
+                    stopping = self._agree_to_stop(stop_requested())
+                    if self.step % t.save_every == 0 or self.step == t.steps or stopping:
+                        self.save()
+                    if stopping:
+                        raise TrainingStopped(
+                            f"stopped by SIGTERM after step {self.step} of {t.steps}; checkpoint "
+                            f"{self.last_checkpoint} (run the same command to resume from it)"
+                        )
         finally:
             bar.close()
             self.logger.close()
         self._score_heldout("trained")
         return self.logger.history()
+
+    def _agree_to_stop(self, requested: bool) -> bool:
+        """Whether to stop after this step, given this process's request (a sharded run asks every rank)."""
+        return requested
 
     def evaluate_heldout(self) -> dict[str, Any] | None:
         """Every task of the held-out env answered once, greedily, by the current weights: the mean

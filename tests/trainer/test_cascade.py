@@ -1,7 +1,8 @@
 """The Cascade RL pipeline: stage chaining, branches, evaluation, MOPD teacher choice, resume, errors.
 
 The bookkeeping runs on the ``trainer=``/``evaluator=`` seams with stand-ins that train and score
-nothing; the command-line test at the end runs the real trainer and evaluation (0 steps).
+nothing; the command-line tests at the end run the real trainer and evaluation (0 steps, and a stage
+stopped and resumed).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cascade_envs.trainer.cascade_report import EvalRow, eval_table, regressions
 from cascade_envs.trainer.cascade_run import STATE_FILE, CascadeRunner, PipelineState, StageResult
 from cascade_envs.trainer.config import ConfigError
 from cascade_envs.trainer.evaluation import EvalSettings, evaluate_checkpoint
+from cascade_envs.trainer.stopping import STOP_FILE_ENV, STOPPED_EXIT_CODE
 from cascade_envs.trainer.teachers import Candidate, choose_teachers
 
 ENV = "test/SayYes-v0"
@@ -305,6 +307,28 @@ def test_cli_runs_a_pipeline_file_and_resumes(pipeline_file, tmp_path, capsys):
         2
     ] * 4
     assert main(args) == 0 and "c: finished earlier" in capsys.readouterr().err
+
+
+def test_a_stopped_pipeline_resumes_inside_its_stage(pipeline_file, tmp_path, capsys, monkeypatch):
+    """SIGTERM's stop request (here its stop file) stops stage a after its first step with a checkpoint;
+    the same command then resumes a at that step instead of redoing it, and goes on."""
+    stop_file = tmp_path / "stop"
+    stop_file.touch()
+    monkeypatch.setenv(STOP_FILE_ENV, str(stop_file))
+    args = ["train", str(pipeline_file), "--set", "eval.limit=1", "--set", "a:train.save_every=5"]
+    assert main(args) == STOPPED_EXIT_CODE
+    out = tmp_path / "out"
+    assert "stopped by SIGTERM after step 1 of 2" in capsys.readouterr().err
+    assert not json.loads((out / STATE_FILE).read_text())["stages"]  # a is not finished
+    assert (out / "a" / "checkpoints" / "step_000001").is_dir()
+    stop_file.unlink()
+    assert main(args) == 0
+    assert "resumed from step 1" in capsys.readouterr().err
+    assert [json.loads(line)["step"] for line in (out / "a" / "metrics.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+    ]
+    assert list(json.loads((out / STATE_FILE).read_text())["stages"]) == ["a", "b", "c"]
 
 
 def test_evaluation_scores_every_env_on_its_own_tasks(tiny_model_dir, monkeypatch):

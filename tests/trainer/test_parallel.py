@@ -291,11 +291,15 @@ def test_nproc_sets_the_world_size_and_starts_torchrun(model_dir, tmp_path, monk
     from cascade_envs.trainer.parallel import launch as launch_module
 
     calls: list[list[str]] = []
-    monkeypatch.setattr(
-        launch_module.subprocess,
-        "run",
-        lambda command, **kw: calls.append(command) or subprocess.CompletedProcess(command, 0),
-    )
+
+    class Torchrun:
+        def __init__(self, command: list[str], **kw: Any):
+            calls.append(command)
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(launch_module.subprocess, "Popen", Torchrun)
     monkeypatch.delenv("RANK", raising=False)
     data = config_data(model_dir, tmp_path / "run")
     data["train"]["world_size"] = 1

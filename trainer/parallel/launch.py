@@ -16,10 +16,13 @@ import atexit
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from .. import checkpoint as ckpt
 from ..config import Config, ConfigError
+from ..stopping import STOP_FILE_ENV, STOPPED_EXIT_CODE, sigterm_requests_stop
 
 
 def run_rank(config: Config, source: str = "a config") -> list[dict[str, Any]]:
@@ -127,11 +130,23 @@ def torchrun_command(
 
 
 def launch(config: Config, config_path: str | None, overrides: list[str], worker: str = WORKER) -> int:
-    """Run ``train.world_size`` ranks with torchrun and wait; returns its exit code."""
+    """Run ``train.world_size`` ranks with torchrun and wait; returns its exit code.
+
+    SIGTERM here reaches the ranks through their stop file, not torchrun (which would kill them and
+    report a failure): they finish the step, checkpoint and exit 0, and this returns ``STOPPED_EXIT_CODE``.
+    """
     command = torchrun_command(config.train.world_size, config_path, overrides, worker)
     env = {**os.environ}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // config.train.world_size)))
-    code = subprocess.run(command, env=env, check=False).returncode
+    with tempfile.TemporaryDirectory(prefix="cascade-envs-stop-") as folder:
+        stop_file = Path(folder) / "stop"
+        env[STOP_FILE_ENV] = str(stop_file)
+        with sigterm_requests_stop(on_signal=stop_file.touch):
+            code = subprocess.Popen(command, env=env).wait()
+        stopped = stop_file.exists()
+    if stopped and code == 0:
+        print(f"cascade-envs train: stopped by SIGTERM; {_last_good(config)}", file=sys.stderr)
+        return STOPPED_EXIT_CODE
     if code != 0:
         print(
             f"cascade-envs train: a rank failed (torchrun exit code {code}, its error is above); training "

@@ -145,6 +145,9 @@ class ShardedTrainer(Trainer):
             logits = self.model(input_ids=ids, use_cache=False).logits
         (logits.float().sum() * 0.0).backward()
 
+    def _agree_to_stop(self, requested: bool) -> bool:
+        return any(self.ranks.gather(requested, "the stop request"))
+
     def _reduce(self, sums: dict[str, float]) -> dict[str, float]:
         return self.ranks.sum(sums, "metric sums")
 
