@@ -4,6 +4,7 @@ whose launcher got the signal."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,26 +86,38 @@ def single_process(data: dict, folder: Path) -> list[str]:
 
 
 @pytest.mark.xdist_group("torchrun")  # one xdist worker runs the torchrun tests: each launch takes both cores
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_sigterm_stops_after_the_step_with_its_checkpoint(tiny_model_dir, tmp_path, world_size):
+@pytest.mark.parametrize(
+    ("world_size", "everyone"),
+    [(1, False), (2, False), (2, True)],
+    ids=["one-process", "ranks-via-launcher", "every-process-signalled"],
+)
+def test_sigterm_stops_after_the_step_with_its_checkpoint(tiny_model_dir, tmp_path, world_size, everyone):
+    """``everyone``: SIGTERM goes to the launcher, torchrun and the ranks at once, as a scheduler such as
+    SLURM sends it; torchrun then stops the ranks itself, which still checkpoint first."""
     out = tmp_path / "run"
     data = config_data(tiny_model_dir, out)
     data["train"].update(steps=1000, save_every=1000, world_size=world_size)
     command = launch_script(data, tmp_path) if world_size > 1 else single_process(data, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     env.pop("RANK", None)
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 180
         while not steps_logged(out):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=30)
             time.sleep(0.2)
         for _ in range(3):  # a scheduler may signal more than once: a request, not a count
-            proc.send_signal(signal.SIGTERM)
+            if everyone:
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:
+                proc.send_signal(signal.SIGTERM)
             time.sleep(0.05)
         _, err = proc.communicate(timeout=120)
     finally:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == STOPPED_EXIT_CODE, err
     steps = steps_logged(out)
     last = steps[-1]
@@ -112,9 +125,11 @@ def test_sigterm_stops_after_the_step_with_its_checkpoint(tiny_model_dir, tmp_pa
     checkpoint = ckpt.checkpoint_dir(out) / f"step_{last:06d}"
     assert [p.name for p in ckpt.list_checkpoints(out)] == [checkpoint.name]
     assert f"stopped by SIGTERM after step {last} of 1000" in err
-    if world_size > 1:
+    if world_size > 1 and not everyone:
         assert f"stopped by SIGTERM; the last good checkpoint is {checkpoint}" in err
         assert "a rank failed" not in err and "ChildFailedError" not in err  # torchrun saw a clean exit
+    if everyone:
+        assert f"it was sent SIGTERM too, or a rank failed); the last good checkpoint is {checkpoint}" in err
 
     data["train"]["steps"] = last + 1  # the same run, one step more: resumes from the stop
     command = launch_script(data, tmp_path) if world_size > 1 else single_process(data, tmp_path)

@@ -144,8 +144,9 @@ def launch(config: Config, config_path: str | None, overrides: list[str], worker
         with sigterm_requests_stop(on_signal=stop_file.touch):
             code = subprocess.Popen(command, env=env).wait()
         stopped = stop_file.exists()
-    if stopped and code == 0:
-        print(f"cascade-envs train: stopped by SIGTERM; {_last_good(config)}", file=sys.stderr)
+    if stopped:
+        how = "" if code == 0 else f" (torchrun exit code {code}: it was sent SIGTERM too, or a rank failed)"
+        print(f"cascade-envs train: stopped by SIGTERM{how}; {_last_good(config)}", file=sys.stderr)
         return STOPPED_EXIT_CODE
     if code != 0:
         print(
