@@ -11,6 +11,10 @@ node's GPUs of this run, so ``cuda:LOCAL_RANK`` is the rank's own). ``entry`` is
 Failure rule: the first rank that raises or dies stops the run: the other workers are killed (a
 rank blocked in a collective would otherwise wait for its timeout) and ``RankFailed`` says which rank
 failed, on which node, and why, in one line. The whole run has a time bound (``timeout_s``).
+
+Stop rule: while the driver waits, a stop request of its own (``stopping.stop_requested``: its
+SIGTERM) is passed to every rank through a ``StopFlag`` actor that the ranks ask after each step, on
+whatever node they run; a rank that then stops with its checkpoint returns ``STOPPED_EXIT_CODE``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import logging
 import os
 import runpy
 import socket
@@ -27,11 +32,45 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import CascadeError
+from .stopping import STOP_FILE_ENV, STOPPED_EXIT_CODE, sigterm_requests_stop, stop_requested, stop_source
 from .weight_sync import free_port
+
+log = logging.getLogger("cascade_envs.trainer")
+
+STOP_POLL_S = 1.0
+"""How often the waiting driver looks for its own stop request."""
+STOP_ASK_TIMEOUT_S = 30.0
+"""A rank's bound on asking the ``StopFlag`` (after it, the rank goes on as if no stop was asked)."""
 
 
 class RankFailed(CascadeError):
     """A trainer rank raised, died or ran past the time bound; the other ranks were stopped."""
+
+
+class StopFlag:
+    """The actor class of a run's stop request: the driver sets it, the ranks read it after each step."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def request(self) -> None:
+        self.requested = True
+
+    def is_requested(self) -> bool:
+        return self.requested
+
+
+def _asker(ray: Any, flag: Any) -> Any:
+    """A rank's ``stop_source``: the flag's answer (an unanswered ask is logged and read as no)."""
+
+    def ask() -> bool:
+        try:
+            return bool(ray.get(flag.is_requested.remote(), timeout=STOP_ASK_TIMEOUT_S))
+        except Exception as exc:  # the driver's flag is gone or slow: never stop a run over it
+            log.warning("could not ask the driver whether to stop (%s); going on", exc)
+            return False
+
+    return ask
 
 
 class RankWorker:
@@ -52,21 +91,26 @@ class RankWorker:
         """This node's address and a port free on it (rank 0's rendezvous)."""
         return free_port()
 
-    def run(self, entry: str, args: list[Any], env: dict[str, str]) -> Any:
+    def run(self, entry: str, args: list[Any], env: dict[str, str], stop_flag: Any = None) -> Any:
+        import ray
+
         os.environ.update(env)
         module, _, function = entry.partition(":")
-        if function:
-            return getattr(importlib.import_module(module), function)(*args)
-        sys.argv = [module, *args]
-        tail = _Tail(sys.stderr)
-        try:
-            with contextlib.redirect_stderr(tail):
-                runpy.run_module(module, run_name="__main__", alter_sys=True)
-        except SystemExit as exc:
-            if exc.code not in (None, 0):
-                said = f": {tail.last}" if tail.last else ""
-                raise RuntimeError(f"{module} exited with {exc.code}{said}") from None
-        return 0
+        with stop_source(_asker(ray, stop_flag)) if stop_flag is not None else contextlib.nullcontext():
+            if function:
+                return getattr(importlib.import_module(module), function)(*args)
+            sys.argv = [module, *args]
+            tail = _Tail(sys.stderr)
+            try:
+                with contextlib.redirect_stderr(tail):
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+            except SystemExit as exc:
+                if exc.code == STOPPED_EXIT_CODE:
+                    return exc.code
+                if exc.code not in (None, 0):
+                    said = f": {tail.last}" if tail.last else ""
+                    raise RuntimeError(f"{module} exited with {exc.code}{said}") from None
+            return 0
 
 
 class _Tail(io.TextIOBase):
@@ -132,9 +176,10 @@ def launch_ranks(
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise CascadeError(f"world size must be a whole number >= 1, got {world_size!r}")
     ray = session.connect(address)
-    group = None
+    group = flag = None
     workers: list[Any] = []
     try:
+        flag = ray.remote(StopFlag).options(num_cpus=0, max_restarts=0).remote()
         use_gpus = ray.cluster_resources().get("GPU", 0) > 0 if gpus is None else gpus
         bundle = {"CPU": num_cpus, **({"GPU": 1} if use_gpus else {})}
         group = placement.reserve_bundles(
@@ -154,26 +199,39 @@ def launch_ranks(
         master = _get_all(ray, [workers[0].address.remote()], ready_timeout_s, "rendezvous", infos)[0]
         envs = rank_environments(infos, master, use_gpus)
         refs = [
-            w.run.remote(entry, list(args), {**(env or {}), **e}) for w, e in zip(workers, envs, strict=True)
+            w.run.remote(entry, list(args), {**(env or {}), **e}, flag)
+            for w, e in zip(workers, envs, strict=True)
         ]
-        return _get_all(ray, refs, timeout_s, "run", infos)
+        return _get_all(ray, refs, timeout_s, "run", infos, flag)
     finally:
-        for worker in workers:
-            ray.kill(worker, no_restart=True)
+        for actor in [*workers, *([flag] if flag is not None else [])]:
+            ray.kill(actor, no_restart=True)
         if group is not None:
             placement.remove(group)
         session.release()
 
 
 def _get_all(
-    ray: Any, refs: list[Any], timeout_s: float | None, what: str, infos: list[dict[str, Any]] | None
+    ray: Any,
+    refs: list[Any],
+    timeout_s: float | None,
+    what: str,
+    infos: list[dict[str, Any]] | None,
+    stop_flag: Any = None,
 ) -> list[Any]:
-    """Every result, failing at the first rank that fails (``RankFailed`` naming it)."""
+    """Every result, failing at the first rank that fails (``RankFailed`` naming it); a stop request of
+    this process's is passed on to ``stop_flag`` while waiting."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pending = list(refs)
     while pending:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        done, pending = ray.wait(pending, num_returns=1, timeout=left)
+        wait_s = left if stop_flag is None else STOP_POLL_S if left is None else min(left, STOP_POLL_S)
+        done, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+        if stop_flag is not None and stop_requested():
+            stop_flag.request.remote()
+            stop_flag = None  # once is enough
+        if not done and (deadline is None or time.monotonic() < deadline):
+            continue
         if not done:
             late = [refs.index(r) for r in pending]
             raise RankFailed(
@@ -236,11 +294,21 @@ def launch_on_ray(
     for text in overrides:
         argv += ["--set", text]
     address = config.ray.address or "local"
+    ranks_env = {**(env or {}), STOP_FILE_ENV: ""}  # the ranks hear this driver's stop through the flag
     try:
-        launch_ranks(
-            worker or WORKER, config.train.world_size, argv, address=address, env=env, timeout_s=None
-        )
+        with sigterm_requests_stop():
+            codes = launch_ranks(
+                worker or WORKER,
+                config.train.world_size,
+                argv,
+                address=address,
+                env=ranks_env,
+                timeout_s=None,
+            )
     except RankFailed as exc:
         print(f"cascade-envs train: {exc}; training stopped, {_last_good(config)}", file=sys.stderr)
         return 1
+    if STOPPED_EXIT_CODE in codes:
+        print(f"cascade-envs train: stopped by SIGTERM; {_last_good(config)}", file=sys.stderr)
+        return STOPPED_EXIT_CODE
     return 0

@@ -4,8 +4,9 @@ stops; ``cascade-envs train`` exits ``STOPPED_EXIT_CODE``, and the same command 
 
 SIGTERM is a request, so more of them change nothing (a scheduler may signal every process of a job);
 SIGINT (Ctrl-C) still stops at once, and SIGKILL is what a grace period ends in. A launcher tells its
-ranks through a file (``STOP_FILE_ENV``), which a rank still loading its model sees too; the ranks
-agree after each step, so all of them stop after the same one.
+ranks through a file (``STOP_FILE_ENV``, torchrun's), which a rank still loading its model sees too, or
+through a source of its own (``stop_source``, Ray's); the ranks agree after each step, so all of them
+stop after the same one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ STOP_FILE_ENV = "CASCADE_ENVS_STOP_FILE"
 """Names a file whose appearance asks the run to stop as SIGTERM does (how ``launch`` tells its ranks)."""
 
 _signalled = threading.Event()
+_sources: list[Callable[[], bool]] = []
 
 
 class TrainingStopped(CascadeError):
@@ -32,9 +34,20 @@ class TrainingStopped(CascadeError):
 
 
 def stop_requested() -> bool:
-    """Whether SIGTERM arrived while ``sigterm_requests_stop`` was active, or the stop file exists."""
+    """Whether SIGTERM arrived while ``sigterm_requests_stop`` was active, the stop file exists, or a
+    ``stop_source`` says so."""
     path = os.environ.get(STOP_FILE_ENV)
-    return _signalled.is_set() or bool(path and os.path.exists(path))
+    return _signalled.is_set() or bool(path and os.path.exists(path)) or any(ask() for ask in _sources)
+
+
+@contextlib.contextmanager
+def stop_source(ask: Callable[[], bool]) -> Iterator[None]:
+    """While active, ``stop_requested()`` also asks ``ask`` (a launcher's channel to its ranks)."""
+    _sources.append(ask)
+    try:
+        yield
+    finally:
+        _sources.remove(ask)
 
 
 @contextlib.contextmanager

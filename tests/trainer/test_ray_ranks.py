@@ -1,11 +1,13 @@
 """Trainer ranks on Ray (``trainer/ray_ranks.py``): a sharded GRPO run on 2 CPU ranks (gloo) launched as
 Ray actors logs the same metrics and ends with the same weights as the same run under torchrun; a rank
-that dies stops the run with one line naming it and the last good checkpoint, never a hang."""
+that dies stops the run with one line naming it and the last good checkpoint, never a hang; the driver's
+stop request stops every rank after the same step, with its checkpoint."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import yaml
 from cascade_envs.trainer import checkpoint as ckpt
 from cascade_envs.trainer.checks import config_from_dict
 from cascade_envs.trainer.parallel.launch import launch
+from cascade_envs.trainer.stopping import STOP_FILE_ENV, STOPPED_EXIT_CODE
 from tests import ray_local
 from tests.trainer.test_parallel import config_data
 from tests.trainer.toys import save_tiny
@@ -91,6 +94,32 @@ def test_a_rank_that_dies_stops_the_run_with_one_line(local_ray, tmp_path, capsy
     while ray.available_resources().get("CPU") != 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ray.available_resources().get("CPU") == 2
+
+
+def test_a_stop_request_of_the_driver_stops_every_rank_after_a_checkpointed_step(
+    local_ray, tmp_path, monkeypatch
+):
+    """The driver's stop request (what its SIGTERM sets; here its stop file, which the ranks cannot see)
+    reaches the ranks through the run's flag actor: both stop after the same step, with its checkpoint."""
+    model = save_tiny(tmp_path / "model")
+    out = tmp_path / "run"
+    data, path = write_config(model, out, launcher="ray", steps=40, save_every=100)
+    stop_file = tmp_path / "stop"
+    monkeypatch.setenv(STOP_FILE_ENV, str(stop_file))
+
+    def request_after_the_first_step() -> None:
+        deadline = time.monotonic() + 300
+        while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop_file.touch()
+
+    requester = threading.Thread(target=request_after_the_first_step, daemon=True)
+    requester.start()
+    code = launch_on_ray(config_from_dict(data), str(path), [], worker=WORKER)
+    requester.join(10)
+    steps = [h["step"] for h in history(out)]
+    assert code == STOPPED_EXIT_CODE and steps == list(range(1, steps[-1] + 1)) and steps[-1] < 40
+    assert [p.name for p in ckpt.list_checkpoints(out)] == [f"step_{steps[-1]:06d}"]  # save_every is 100
 
 
 def test_an_entry_that_raises_names_the_rank(local_ray):
