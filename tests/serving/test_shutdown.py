@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -17,6 +18,9 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
+
+from cascade_envs.sandbox import get_sandbox
+from tests.sandbox.conftest import host_pids_of
 
 
 def start(*argv: str) -> tuple[subprocess.Popen[str], str]:
@@ -68,8 +72,9 @@ def test_sigterm_closes_the_open_sessions_of_serve():
 
 
 def sandboxed(marker: str) -> bool:
-    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
-    return bool(found.stdout.strip())
+    """Whether a program of the service's sandbox (the default backend) with ``marker`` still runs."""
+    uid = get_sandbox().run_as
+    return bool(host_pids_of(os.getuid() if uid is None else uid, "python3", marker))
 
 
 def test_sigterm_ends_serve_sandbox_and_the_programs_it_runs():
