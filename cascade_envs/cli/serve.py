@@ -40,10 +40,7 @@ def add_parsers(sub: Any) -> None:
         metavar="S",
         help="504 for a request not answered in time (default %(default)s)",
     )
-    p.add_argument("--max-body-mb", type=float, help="request body limit; 413 past it (default 8)")
-    p.add_argument(
-        "--idle-timeout", type=float, metavar="S", help="close connections silent this long (default 30)"
-    )
+    add_connection_limits(p)
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("export", help="write an env's rows in a trainer's data format (nemo-gym, ...)")
@@ -72,10 +69,7 @@ def add_parsers(sub: Any) -> None:
         help="queued requests before answering 429 (default: 64 per worker)",
     )
     p.add_argument("--backend", default=None, help="sandbox backend (default: bwrap where present)")
-    p.add_argument("--max-body-mb", type=float, help="request body limit; 413 past it (default 8)")
-    p.add_argument(
-        "--idle-timeout", type=float, metavar="S", help="close connections silent this long (default 30)"
-    )
+    add_connection_limits(p)
     p.add_argument(
         "--request-timeout",
         type=float,
@@ -101,6 +95,20 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(fn=cmd_serve_judge)
 
 
+def add_connection_limits(p: argparse.ArgumentParser) -> None:
+    """``--max-body-mb`` and ``--idle-timeout``, the HTTP layer's limits that ``serve`` and ``serve-sandbox``
+    share (unset: ``http_server``'s defaults)."""
+    p.add_argument("--max-body-mb", type=float, help="request body limit; 413 past it (default 8)")
+    p.add_argument(
+        "--idle-timeout", type=float, metavar="S", help="close connections silent this long (default 30)"
+    )
+
+
+def given(**options: Any) -> dict[str, Any]:
+    """The options the user set (``None``: not set, so the server's own default applies)."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..http_server import Limits
     from ..serving.server import serve_env
@@ -109,16 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.tasks:
         env_kwargs["tasks"] = args.tasks
     options = json_object(args.options, "--options")
-    limits = Limits(
-        **{
-            k: v
-            for k, v in {
-                "max_body_mb": args.max_body_mb,
-                "idle_timeout_s": args.idle_timeout,
-            }.items()
-            if v is not None
-        }
-    )
+    limits = Limits(**given(max_body_mb=args.max_body_mb, idle_timeout_s=args.idle_timeout))
     serve_env(
         args.protocol,
         args.env_id,
@@ -155,11 +154,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_serve_sandbox(args: argparse.Namespace) -> int:
 
     service = importlib.import_module(SANDBOX_SERVICE_MODULE)
-    limits = {
-        "max_body_mb": args.max_body_mb,
-        "idle_timeout_s": args.idle_timeout,
-        "request_timeout_s": args.request_timeout,
-    }
     service.serve_sandbox(
         host=args.host,
         port=args.port,
@@ -168,7 +162,11 @@ def cmd_serve_sandbox(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         token=args.token,
         allow_remote=args.allow_remote,
-        **{k: v for k, v in limits.items() if v is not None},  # None: the service's own default
+        **given(
+            max_body_mb=args.max_body_mb,
+            idle_timeout_s=args.idle_timeout,
+            request_timeout_s=args.request_timeout,
+        ),
     )
     return 0
 
@@ -176,12 +174,6 @@ def cmd_serve_sandbox(args: argparse.Namespace) -> int:
 def cmd_serve_judge(args: argparse.Namespace) -> int:
     from ..judges.server import serve_judge
 
-    options = {
-        "max_tokens": args.max_tokens,
-        "max_batch_size": args.max_batch_size,
-        "max_queue": args.max_queue,
-        "request_timeout_s": args.request_timeout,
-    }
     serve_judge(
         args.host,
         args.port,
@@ -189,8 +181,13 @@ def cmd_serve_judge(args: argparse.Namespace) -> int:
         allow_remote=args.allow_remote,
         token=args.token,
         device=args.device,
-        **{k: v for k, v in options.items() if v is not None},
-    )  # None: the server's own default
+        **given(
+            max_tokens=args.max_tokens,
+            max_batch_size=args.max_batch_size,
+            max_queue=args.max_queue,
+            request_timeout_s=args.request_timeout,
+        ),
+    )
     return 0
 
 
