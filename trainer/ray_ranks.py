@@ -91,12 +91,12 @@ class RankWorker:
         """This node's address and a port free on it (rank 0's rendezvous)."""
         return free_port()
 
-    def run(self, entry: str, args: list[Any], env: dict[str, str], stop_flag: Any = None) -> Any:
+    def run(self, entry: str, args: list[Any], env: dict[str, str], stop_flag: Any) -> Any:
         import ray
 
         os.environ.update(env)
         module, _, function = entry.partition(":")
-        with stop_source(_asker(ray, stop_flag)) if stop_flag is not None else contextlib.nullcontext():
+        with stop_source(_asker(ray, stop_flag)):
             if function:
                 return getattr(importlib.import_module(module), function)(*args)
             sys.argv = [module, *args]
@@ -204,8 +204,9 @@ def launch_ranks(
         ]
         return _get_all(ray, refs, timeout_s, "run", infos, flag)
     finally:
-        for actor in [*workers, *([flag] if flag is not None else [])]:
-            ray.kill(actor, no_restart=True)
+        for actor in [*workers, flag]:
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
         if group is not None:
             placement.remove(group)
         session.release()
